@@ -1,0 +1,84 @@
+"""Process-group guard: runs an engine server and kills its whole group when the client dies.
+
+Started by servelab.server in a new session, so it leads the process group that the engine
+and every worker the engine forks inherit. It watches the client's pid; when the client goes
+away, even by SIGKILL (a crashed or killed Jupyter kernel), it terminates the group. It imports
+only the standard library so it starts in milliseconds from any Python.
+
+Usage: python _guard.py CLIENT_PID GRACE_SECONDS -- COMMAND [ARG ...]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _group_members() -> list[int]:
+    """Other live processes in this guard's process group (Linux /proc)."""
+    pgid, me, members = os.getpgid(0), os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def _kill_group(grace: float) -> None:
+    """SIGTERM the group, give it `grace` seconds, then SIGKILL whatever is left; the guard stays."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.killpg(os.getpgid(0), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _group_members() and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.1)
+    for pid in _group_members():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _reap()
+
+
+def _reap() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def main(argv: list[str]) -> int:
+    client, grace, sep, *command = argv
+    if sep != "--" or not command:
+        raise SystemExit("usage: _guard.py CLIENT_PID GRACE_SECONDS -- COMMAND [ARG ...]")
+    client_pid, grace_s, parent = int(client), float(grace), os.getppid()
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    child = subprocess.Popen(command)
+    while child.poll() is None and not stop and os.getppid() == parent and _alive(client_pid):
+        time.sleep(0.2)
+    code = child.poll()
+    # The engine exited, was asked to stop, or its client died: nothing of the group may outlive this.
+    _kill_group(grace_s)
+    return code if code is not None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,66 @@
+"""Command line: `python -m servelab setup|notebooks|book|lab`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from servelab import profiles
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="servelab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_setup = sub.add_parser("setup", help="build engine venvs and prepare models for a profile")
+    p_setup.add_argument("--profile", default="auto")
+    p_setup.add_argument("--env", help="build only this engine env")
+    p_setup.add_argument("--model", help="prepare only this local model")
+    p_run = sub.add_parser("notebooks", help="execute the notebooks in place (papermill)")
+    p_run.add_argument("--profile", default="auto")
+    p_run.add_argument("names", nargs="*", help="notebook names (default: all in the table of contents)")
+    sub.add_parser("book", help="build the HTML book")
+    p_lab = sub.add_parser("lab", help="setup + notebooks + book")
+    p_lab.add_argument("--profile", default="auto")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command in ("setup", "notebooks", "lab"):
+            profiles.load(args.profile)  # fail early, with the list of valid names
+        if args.command == "setup":
+            return _setup(args)
+        if args.command == "notebooks":
+            from servelab.runner import run_notebooks
+
+            run_notebooks(args.profile, args.names)
+        elif args.command == "book":
+            from servelab.runner import build_book
+
+            build_book()
+        elif args.command == "lab":
+            from servelab.runner import build_book, run_notebooks
+            from servelab.setup import setup
+
+            setup(args.profile)
+            run_notebooks(args.profile)
+            build_book()
+    except (profiles.UnknownProfile, RuntimeError, ValueError) as err:
+        print(f"servelab: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _setup(args: argparse.Namespace) -> int:
+    from servelab import envs, models
+    from servelab.setup import setup
+
+    if args.env:
+        envs.build(args.env)
+    if args.model:
+        models.prepare_local(args.model, envs.build(profiles.load(args.profile).vllm_env).python)
+    if not (args.env or args.model):
+        setup(args.profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""A small load client over the OpenAI-compatible API: one request, or many at a set concurrency.
+
+Requests stream, so time to first token (TTFT) is measured where the reader feels it; usage
+(prompt, completion and cached prompt tokens) comes from the final streamed chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import pandas as pd
+from openai import AsyncOpenAI, OpenAI
+from tqdm.auto import tqdm
+
+
+class Endpoint(Protocol):
+    api_url: str
+    served_model: str
+
+
+@dataclass
+class Result:
+    prompt: str
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    ttft_s: float
+    latency_s: float
+    start_s: float
+    finish_reason: str | None
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        decode = self.latency_s - self.ttft_s
+        return (self.completion_tokens - 1) / decode if decode > 0 and self.completion_tokens > 1 else 0.0
+
+
+def _messages(prompt: str | list[dict]) -> list[dict]:
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+
+
+def chat(server: Endpoint, prompt: str | list[dict], *, max_tokens: int = 64, temperature: float = 0.0,
+         **extra: Any) -> str:
+    """One non-streaming chat completion; greedy by default."""
+    client = OpenAI(base_url=server.api_url, api_key="servelab", timeout=600)
+    response = client.chat.completions.create(
+        model=server.served_model, messages=_messages(prompt), max_tokens=max_tokens,
+        temperature=temperature, **extra,
+    )
+    return response.choices[0].message.content or ""
+
+
+async def _stream_one(client: AsyncOpenAI, model: str, prompt: str | list[dict], t0: float,
+                      max_tokens: int, temperature: float, extra: dict[str, Any]) -> Result:
+    start = time.perf_counter()
+    first: float | None = None
+    parts: list[str] = []
+    usage, finish = None, None
+    stream = await client.chat.completions.create(
+        model=model, messages=_messages(prompt), max_tokens=max_tokens, temperature=temperature,
+        stream=True, stream_options={"include_usage": True}, **extra,
+    )
+    async for chunk in stream:
+        if chunk.choices:
+            delta = chunk.choices[0].delta.content
+            if delta and first is None:
+                first = time.perf_counter()
+            parts.append(delta or "")
+            finish = chunk.choices[0].finish_reason or finish
+        if chunk.usage:
+            usage = chunk.usage
+    end = time.perf_counter()
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Result(
+        prompt=prompt if isinstance(prompt, str) else prompt[-1]["content"],
+        text="".join(parts),
+        prompt_tokens=usage.prompt_tokens if usage else 0,
+        completion_tokens=usage.completion_tokens if usage else 0,
+        cached_tokens=(getattr(details, "cached_tokens", None) or 0) if details else 0,
+        ttft_s=(first or end) - start,
+        latency_s=end - start,
+        start_s=start - t0,
+        finish_reason=finish,
+    )
+
+
+async def _run(server: Endpoint, prompts: Sequence[str | list[dict]], concurrency: int, max_tokens: int,
+               temperature: float, extra: dict[str, Any], progress: bool,
+               on_tick: Callable[[float], None] | None, tick_s: float) -> list[Result]:
+    client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
+    gate = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(prompts), desc=f"requests (concurrency {concurrency})", disable=not progress)
+    t0 = time.perf_counter()
+
+    async def one(p: str | list[dict]) -> Result:
+        async with gate:
+            result = await _stream_one(client, server.served_model, p, t0, max_tokens, temperature, extra)
+        bar.update()
+        return result
+
+    async def ticker() -> None:
+        while True:
+            on_tick(time.perf_counter() - t0)
+            await asyncio.sleep(tick_s)
+
+    tick_task = asyncio.create_task(ticker()) if on_tick else None
+    try:
+        return await asyncio.gather(*(one(p) for p in prompts))
+    finally:
+        if tick_task:
+            tick_task.cancel()
+        bar.close()
+        await client.close()
+
+
+def run_load(server: Endpoint, prompts: Sequence[str | list[dict]], *, concurrency: int = 1,
+             max_tokens: int = 64, temperature: float = 0.0, progress: bool = True,
+             on_tick: Callable[[float], None] | None = None, tick_s: float = 0.5,
+             **extra: Any) -> pd.DataFrame:
+    """Send every prompt, at most `concurrency` in flight; one row per request.
+
+    `on_tick(elapsed_s)` is called every `tick_s` seconds while requests run (e.g. to sample
+    /metrics). Works in a plain script and inside a running Jupyter event loop.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    coro = _run(server, prompts, concurrency, max_tokens, temperature, extra, progress, on_tick, tick_s)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        results = asyncio.run(coro)
+    else:  # inside Jupyter: run the load on a private loop in a worker thread
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            results = pool.submit(asyncio.run, coro).result()
+    frame = pd.DataFrame([asdict(r) | {"decode_tokens_per_s": r.decode_tokens_per_s} for r in results])
+    return frame

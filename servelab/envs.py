@@ -1,0 +1,149 @@
+"""Engine virtual environments: one per engine and hardware, built from pins files, reused when valid.
+
+vLLM and SGLang pin different torch builds, so each engine gets its own venv under
+`$SERVELAB_HOME/envs/NAME`; the notebook kernel never imports either engine. A venv counts as
+ready only once its marker file is written, after every install step succeeded, so an
+interrupted setup is detected and rebuilt from scratch on the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from servelab.paths import DATA, cache_home
+
+SPEC_FILE = DATA / "engine_envs.toml"
+MARKER = ".servelab-env.json"
+
+
+class EngineEnvMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    name: str
+    engine: str
+    spec: dict[str, Any]
+
+    @property
+    def path(self) -> Path:
+        return cache_home() / "envs" / self.name
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def requirements(self) -> Path:
+        return DATA / self.spec["requirements"]
+
+    def spec_hash(self) -> str:
+        """Changes whenever the pins or the spec change, so a stale venv is rebuilt."""
+        text = self.requirements.read_text() + json.dumps(self.spec, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def is_ready(self) -> bool:
+        marker = self.path / MARKER
+        if not (marker.is_file() and self.python.exists()):
+            return False
+        return json.loads(marker.read_text()).get("spec_hash") == self.spec_hash()
+
+    def require(self) -> EngineEnv:
+        if not self.is_ready():
+            raise EngineEnvMissing(
+                f"engine env {self.name!r} is missing or incomplete at {self.path}; "
+                f"create it with: python -m servelab setup --env {self.name}"
+            )
+        return self
+
+    def site_packages(self) -> Path:
+        return next((self.path / "lib").glob("python3*/site-packages"))
+
+
+def _specs() -> dict[str, dict[str, Any]]:
+    with SPEC_FILE.open("rb") as f:
+        return tomllib.load(f)
+
+
+def get(name: str) -> EngineEnv:
+    specs = _specs()
+    if name not in specs:
+        raise ValueError(f"unknown engine env {name!r}; known: {', '.join(specs)}")
+    return EngineEnv(name=name, engine=specs[name]["engine"], spec=specs[name])
+
+
+def _run(cmd: list[str | Path], log: Path) -> int:
+    with log.open("a") as f:
+        f.write(f"\n$ {' '.join(map(str, cmd))}\n")
+        f.flush()
+        return subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT).returncode
+
+
+def _write_alias(env: EngineEnv, name: str, of: str, local_version: str = "") -> None:
+    """A metadata-only distribution `name` carrying the version of the installed `of`."""
+    out = subprocess.run(
+        [env.python, "-c", f"import importlib.metadata as m; print(m.version({of!r}))"],
+        capture_output=True, text=True, check=True,
+    )
+    version = out.stdout.strip() + (f"+{local_version}" if local_version else "")
+    info = env.site_packages() / f"{name}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        f"Summary: servelab alias so that {name} finds its own version (installed as {of})\n"
+    )
+    (info / "INSTALLER").write_text("servelab\n")
+    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n{info.name}/INSTALLER,,\n{info.name}/RECORD,,\n")
+
+
+def build(name: str, *, force: bool = False, log_dir: Path | None = None) -> EngineEnv:
+    """Create (or reuse) the engine venv `name`; idempotent, rebuilds anything half-finished."""
+    env = get(name)
+    if env.is_ready() and not force:
+        print(f"[setup] engine env {name}: ready at {env.path}")
+        return env
+    log_dir = log_dir or cache_home() / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"env-{name}.log"
+    log.write_text("")
+    if env.path.exists():
+        shutil.rmtree(env.path)
+    print(f"[setup] engine env {name}: building at {env.path} (log: {log})", flush=True)
+    pip = [env.python, "-m", "pip", "install", "--disable-pip-version-check"]
+    if _run([sys.executable, "-m", "venv", env.path], log):
+        raise RuntimeError(f"creating venv {env.path} failed; see {log}")
+    if _run([*pip, "-r", env.requirements], log):
+        fallback = env.spec.get("fallback_index")
+        if not fallback or _run([*pip, "--extra-index-url", fallback, "-r", env.requirements], log):
+            raise RuntimeError(f"installing {env.requirements.name} into {name} failed; see {log}")
+    if env.spec.get("remove") and _run([env.python, "-m", "pip", "uninstall", "-y", *env.spec["remove"]], log):
+        raise RuntimeError(f"removing {env.spec['remove']} from {name} failed; see {log}")
+    if alias := env.spec.get("alias"):
+        _write_alias(env, alias["name"], alias["of"], alias.get("local_version", ""))
+    if (check := env.spec.get("check")) and _run([env.python, "-c", check], log):
+        raise RuntimeError(f"engine env {name} does not import ({check!r}); see {log}")
+    (env.path / MARKER).write_text(json.dumps({"spec_hash": env.spec_hash(), "name": name}))
+    print(f"[setup] engine env {name}: ready", flush=True)
+    return env
+
+
+def installed_version(env: EngineEnv, dist: str) -> str | None:
+    """A distribution's version inside an engine venv, read from its metadata (no import)."""
+    import importlib.metadata as md
+
+    if not env.path.exists():
+        return None
+    for d in md.distributions(path=[str(env.site_packages())]):
+        if d.metadata["Name"] and d.metadata["Name"].lower().replace("_", "-") == dist.lower():
+            return d.version
+    return None

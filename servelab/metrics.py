@@ -1,0 +1,66 @@
+"""Engines' Prometheus /metrics, parsed with prometheus_client's own text parser.
+
+Counter samples keep their `_total` suffix in the exposition; `Metrics.value` accepts a name with
+or without it, so notebooks can use the names the engines document (vllm:prefix_cache_hits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+class Metrics:
+    """One scrape: samples by name, with label filtering."""
+
+    def __init__(self, samples: Iterable[Sample]) -> None:
+        self.samples: dict[str, list[Sample]] = {}
+        for s in samples:
+            self.samples.setdefault(s.name, []).append(s)
+
+    @classmethod
+    def parse(cls, text: str) -> Metrics:
+        return cls(Sample(s.name, dict(s.labels), s.value)
+                   for family in text_string_to_metric_families(text) for s in family.samples)
+
+    def _find(self, name: str) -> list[Sample]:
+        for candidate in (name, f"{name}_total"):
+            if candidate in self.samples:
+                return self.samples[candidate]
+        raise KeyError(f"no metric {name!r}; this engine exposes {len(self.samples)} series, "
+                       f"e.g. {', '.join(sorted(self.samples)[:5])}")
+
+    def has(self, name: str) -> bool:
+        return name in self.samples or f"{name}_total" in self.samples
+
+    def value(self, name: str, **labels: str) -> float:
+        """Sum of the samples called `name` whose labels include `labels`."""
+        return sum(s.value for s in self._find(name) if labels.items() <= s.labels.items())
+
+    def labels(self, name: str) -> dict[str, str]:
+        """Labels of the first sample of an info-style metric (e.g. vllm:cache_config_info)."""
+        return self._find(name)[0].labels
+
+    def names(self, prefix: str = "") -> list[str]:
+        return sorted(n for n in self.samples if n.startswith(prefix))
+
+
+def scrape(base_url: str, timeout: float = 10.0) -> Metrics:
+    response = httpx.get(f"{base_url}/metrics", timeout=timeout)
+    response.raise_for_status()
+    return Metrics.parse(response.text)
+
+
+def delta(before: Metrics, after: Metrics, name: str, **labels: str) -> float:
+    """How much a counter grew between two scrapes."""
+    return after.value(name, **labels) - before.value(name, **labels)
