@@ -28,11 +28,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _group_members() -> list[int]:
-    """Other live processes in this guard's process group (Linux /proc)."""
-    pgid, me, members = os.getpgid(0), os.getpid(), []
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid` (Linux /proc)."""
+    members = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+        if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
@@ -44,15 +44,19 @@ def _group_members() -> list[int]:
     return members
 
 
+def _others() -> list[int]:
+    return [pid for pid in group_members(os.getpgid(0)) if pid != os.getpid()]
+
+
 def _kill_group(grace: float) -> None:
     """SIGTERM the group, give it `grace` seconds, then SIGKILL whatever is left; the guard stays."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.killpg(os.getpgid(0), signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while _group_members() and time.monotonic() < deadline:
+    while _others() and time.monotonic() < deadline:
         _reap()
         time.sleep(0.1)
-    for pid in _group_members():
+    for pid in _others():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     _reap()

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 from openai import AsyncOpenAI, OpenAI
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 
 class Endpoint(Protocol):
@@ -94,7 +94,7 @@ async def _run(server: Endpoint, prompts: Sequence[str | list[dict]], concurrenc
                on_tick: Callable[[float], None] | None, tick_s: float) -> list[Result]:
     client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
     gate = asyncio.Semaphore(concurrency)
-    bar = tqdm(total=len(prompts), desc=f"requests (concurrency {concurrency})", disable=not progress)
+    bar = tqdm(total=len(prompts), desc=f"requests (concurrency {concurrency})", disable=not progress, mininterval=2)
     t0 = time.perf_counter()
 
     async def one(p: str | list[dict]) -> Result:

