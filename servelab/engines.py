@@ -58,10 +58,11 @@ def vllm_command(profile: Profile, model: ModelRef, port: int, options: dict[str
     if profile.is_cpu:
         # On CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (whole GiB only) or from
         # --kv-cache-memory-bytes; the flag takes any size, which chapters with tiny budgets need.
-        gib = opts.pop("kv_cache_gib", profile.kv_cache_gib)
-        opts.setdefault("kv_cache_memory_bytes", int(gib * 2**30))
+        opts.setdefault("kv_cache_gib", profile.kv_cache_gib)
     elif profile.gpu_memory_utilization:
         opts.setdefault("gpu_memory_utilization", profile.gpu_memory_utilization)
+    if (gib := opts.pop("kv_cache_gib", None)) is not None:
+        opts.setdefault("kv_cache_memory_bytes", int(gib * 2**30))
     return LaunchSpec("vllm", argv + _flags(opts), extra)
 
 
@@ -84,18 +85,22 @@ def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[s
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(SGL_STAND_IN),
         })
-        kv_gib = opts.pop("kv_cache_gib", profile.kv_cache_gib)
-        opts.setdefault("max_total_tokens", kv_tokens_for(profile, model, kv_gib))
+        opts.setdefault("kv_cache_gib", profile.kv_cache_gib)
     elif profile.gpu_memory_utilization:
         opts.setdefault("mem_fraction_static", profile.gpu_memory_utilization)
+    if (gib := opts.pop("kv_cache_gib", None)) is not None:
+        # SGLang sizes its KV pool in tokens.
+        opts.setdefault("max_total_tokens", kv_tokens_for(profile, model, gib))
     return LaunchSpec("sglang", argv + _flags(opts), extra)
 
 
 def kv_tokens_for(profile: Profile, model: ModelRef, gib: float) -> int:
     """Tokens of KV cache that `gib` holds for this model and dtype (SGLang sizes its pool in tokens)."""
-    from servelab.kvcache import ModelShape, kv_bytes_per_token
+    from servelab.kvcache import kv_bytes_per_token
 
-    shape = ModelShape.from_config_file(f"{model.source}/config.json")
+    from servelab.kvcache import served_model_shape
+
+    shape = served_model_shape(model.source)
     return int(gib * 2**30 // kv_bytes_per_token(shape, profile.dtype))
 
 

@@ -64,6 +64,17 @@ def known_shapes() -> dict[str, ModelShape]:
         return {name: ModelShape.from_config(name, cfg) for name, cfg in tomllib.load(f).items()}
 
 
+def served_model_shape(source: str) -> ModelShape:
+    """Shape of the model an engine serves: a local folder's config.json, or a known hub id."""
+    config = Path(source) / "config.json"
+    if config.is_file():
+        return ModelShape.from_config_file(config)
+    shapes = known_shapes()
+    if source not in shapes:
+        raise ValueError(f"no shape known for {source!r}; add it to servelab/data/model_shapes.toml")
+    return shapes[source]
+
+
 def kv_bytes_per_token(shape: ModelShape, dtype: str) -> int:
     """2 (K and V) x layers x KV heads x head dim x bytes per element."""
     return 2 * shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * dtype_bytes(dtype)
@@ -100,12 +111,15 @@ class Plan:
 
 
 def plan(shape: ModelShape, memory_gib: float, dtype: str, context_len: int, *,
-         utilization: float = 0.9, overhead_gib: float = 0.0, block_size: int = 16) -> Plan:
+         utilization: float = 0.9, overhead_gib: float = 0.0, block_size: int = 16,
+         kv_dtype: str | None = None) -> Plan:
     """How many sequences of `context_len` tokens fit beside the weights in `memory_gib`.
 
     Mirrors how engines size the cache: a fraction `utilization` of device memory, minus the
-    weights and an activation/overhead allowance, is carved into KV blocks.
+    weights (in `dtype`) and an activation/overhead allowance, is carved into KV blocks (in
+    `kv_dtype`, default `dtype`).
     """
+    kv_dtype = kv_dtype or dtype
     for label, value in (("memory_gib", memory_gib), ("context_len", context_len)):
         if value <= 0:
             raise ValueError(f"{label} must be positive, got {value}")
@@ -113,8 +127,8 @@ def plan(shape: ModelShape, memory_gib: float, dtype: str, context_len: int, *,
         raise ValueError(f"utilization must be in (0, 1], got {utilization}")
     weights = weights_bytes(shape, dtype)
     budget = max(0.0, memory_gib * GIB * utilization - weights - overhead_gib * GIB)
-    per_token = kv_bytes_per_token(shape, dtype)
-    capacity = kv_capacity_tokens(budget, shape, dtype, block_size)
+    per_token = kv_bytes_per_token(shape, kv_dtype)
+    capacity = kv_capacity_tokens(budget, shape, kv_dtype, block_size)
     per_seq_blocks = math.ceil(context_len / block_size)
     return Plan(
         model=shape.name, memory_gib=memory_gib, dtype=dtype, context_len=context_len,

@@ -6,6 +6,7 @@ The notebook kernel has no torch, so every check runs a short script under the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -268,36 +269,18 @@ def test_real_cpu_server_runs_on_the_stand_in(tmp_path: Path) -> None:
         SERVELAB_SGL_RECORD=str(log),
         PYTHONPATH=f"{site}{os.pathsep}{STAND_IN}",
     )
-    argv = [
-        str(SGL_PY),
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        model,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--device",
-        "cpu",
-        "--attention-backend",
-        "torch_native",
-        "--sampling-backend",
-        "pytorch",
-        "--dtype",
-        "float32",
-        "--sleep-on-idle",
-        "--max-total-tokens",
-        "4096",
-    ]
-    with tempfile.TemporaryFile() as server_log:
-        proc = subprocess.Popen(argv, env=env, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
+    flags = "--host 127.0.0.1 --device cpu --attention-backend torch_native --sampling-backend pytorch"
+    flags += " --dtype float32 --sleep-on-idle --max-total-tokens 4096"
+    argv = [str(SGL_PY), "-m", "sglang.launch_server", "--model-path", model, "--port", str(port)]
+    argv += flags.split()
+    with tempfile.TemporaryFile() as slog:
+        proc = subprocess.Popen(argv, env=env, stdout=slog, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             url = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 300
             while True:
-                assert proc.poll() is None, "server exited:\n" + _tail(server_log)
-                assert time.monotonic() < deadline, "server not healthy in 300 s:\n" + _tail(server_log)
+                assert proc.poll() is None, "server exited:\n" + _tail(slog)
+                assert time.monotonic() < deadline, "server not healthy in 300 s:\n" + _tail(slog)
                 try:
                     with urllib.request.urlopen(url + "/health", timeout=5) as r:
                         if r.status == 200:
@@ -317,18 +300,23 @@ def test_real_cpu_server_runs_on_the_stand_in(tmp_path: Path) -> None:
             with urllib.request.urlopen(req, timeout=120) as r:
                 answer = json.load(r)["choices"][0]["message"]["content"]
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _stop_group(proc)
     rec = read_record(log)
     assert rec["get"], "recorder saw nothing: the stand-in was not imported by the server"
     assert not rec["get"] - set(_provided()) - TOLERATED_PROBES, rec["get"]
     assert not rec["submodule"], rec["submodule"]
     assert not rec["call"], f"plain serving called stand-in ops: {rec['call']}"
     assert "Paris" in answer, answer
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's own process group, then SIGKILL whatever of it is left."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _provided() -> tuple[str, ...]:

