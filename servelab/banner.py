@@ -12,7 +12,8 @@ def banner(profile: Profile) -> str:
     rows = [
         (t("profile"), f"{p['profile']} — {profile.summary}"),
         (t("hardware"), f"{p['cpu']} · {p['cpu_cores']} cores · {p['memory_gib']} GiB · GPU: {p['gpus']}"),
-        (t("engines"), f"vLLM {p['vllm']} (torch {p['vllm torch']}) · SGLang {p['sglang']} (torch {p['sglang torch']})"),
+        (t("engines"), f"vLLM {p['vllm']} (torch {p['vllm torch']}) · "
+                       f"SGLang {p['sglang']} (torch {p['sglang torch']})"),
         (t("model"), f"{p['model']} ({p['dtype']})"),
         (t("run"), f"{p['time_utc']} · servelab {p['servelab']} · commit {p['commit']}"),
     ]

@@ -96,9 +96,7 @@ def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[s
 
 def kv_tokens_for(profile: Profile, model: ModelRef, gib: float) -> int:
     """Tokens of KV cache that `gib` holds for this model and dtype (SGLang sizes its pool in tokens)."""
-    from servelab.kvcache import kv_bytes_per_token
-
-    from servelab.kvcache import served_model_shape
+    from servelab.kvcache import kv_bytes_per_token, served_model_shape
 
     shape = served_model_shape(model.source)
     return int(gib * 2**30 // kv_bytes_per_token(shape, profile.dtype))

@@ -9,18 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servelab.kv_sim import (
-    BLOG_FIGURES,
     COMPONENTS,
     DEFAULT_POLICIES,
-    PAPER_FIGURES,
     FirstFitMemory,
     Policy,
     compare_policies,
-    figures_table,
     parse_policy,
     sample_requests,
     simulate,
 )
+from servelab.paper_figures import BLOG_FIGURES, PAPER_FIGURES, figures_table
 
 CAPACITY = 8192
 

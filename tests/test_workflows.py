@@ -140,10 +140,11 @@ def test_gpu_workflow_runs_setup_papermill_and_nbval_for_the_profile() -> None:
     assert notebooks["timeout-minutes"] == 240
     assert notebooks["env"]["PROFILE"] == "${{ inputs.profile || 'auto' }}"
     lines = commands(workflow)
+    bootstrap = lines.index("source scripts/bootstrap.sh")
     setup = next(i for i, c in enumerate(lines) if c.endswith('-m servelab setup --profile "$PROFILE"'))
     execute = next(i for i, c in enumerate(lines) if c.endswith('-m servelab notebooks --profile "$PROFILE"'))
     nbval = lines.index(NBVAL_COMMAND)
-    assert setup < execute < nbval
+    assert bootstrap < setup < execute < nbval
     assert "--nbval-lax" in shlex.split(lines[nbval])
     assert any("SERVELAB_HOME=" in c and "runner.tool_cache" in c and "GITHUB_ENV" in c for c in lines)
     (upload,) = uses(workflow, "actions/upload-artifact")
