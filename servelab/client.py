@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import pandas as pd
 from openai import AsyncOpenAI, OpenAI
+from openai.types.chat import ChatCompletion
 from tqdm import tqdm
 
 
@@ -44,15 +45,19 @@ def _messages(prompt: str | list[dict]) -> list[dict]:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
 
 
-def chat(server: Endpoint, prompt: str | list[dict], *, max_tokens: int = 64, temperature: float = 0.0,
-         **extra: Any) -> str:
-    """One non-streaming chat completion; greedy by default."""
-    client = OpenAI(base_url=server.api_url, api_key="servelab", timeout=600)
-    response = client.chat.completions.create(
+def chat_response(server: Endpoint, prompt: str | list[dict], *, max_tokens: int = 64, temperature: float = 0.0,
+                  **extra: Any) -> ChatCompletion:
+    """One non-streaming chat completion, the whole response (choices, usage); greedy by default."""
+    client = OpenAI(base_url=server.api_url, api_key="servelab", timeout=600, max_retries=0)
+    return client.chat.completions.create(
         model=server.served_model, messages=_messages(prompt), max_tokens=max_tokens,
         temperature=temperature, **extra,
     )
-    return response.choices[0].message.content or ""
+
+
+def chat(server: Endpoint, prompt: str | list[dict], **kwargs: Any) -> str:
+    """The text of one chat completion (see `chat_response`)."""
+    return chat_response(server, prompt, **kwargs).choices[0].message.content or ""
 
 
 async def _stream_one(client: AsyncOpenAI, model: str, prompt: str | list[dict], t0: float,
@@ -90,8 +95,7 @@ async def _stream_one(client: AsyncOpenAI, model: str, prompt: str | list[dict],
 
 
 async def _run(server: Endpoint, prompts: Sequence[str | list[dict]], concurrency: int, max_tokens: int,
-               temperature: float, extra: dict[str, Any], progress: bool,
-               on_tick: Callable[[float], None] | None, tick_s: float) -> list[Result]:
+               temperature: float, extra: dict[str, Any], progress: bool) -> list[Result]:
     client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
     gate = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(prompts), desc=f"requests (concurrency {concurrency})", disable=not progress, mininterval=2)
@@ -103,33 +107,24 @@ async def _run(server: Endpoint, prompts: Sequence[str | list[dict]], concurrenc
         bar.update()
         return result
 
-    async def ticker() -> None:
-        while True:
-            on_tick(time.perf_counter() - t0)
-            await asyncio.sleep(tick_s)
-
-    tick_task = asyncio.create_task(ticker()) if on_tick else None
     try:
         return await asyncio.gather(*(one(p) for p in prompts))
     finally:
-        if tick_task:
-            tick_task.cancel()
         bar.close()
         await client.close()
 
 
 def run_load(server: Endpoint, prompts: Sequence[str | list[dict]], *, concurrency: int = 1,
              max_tokens: int = 64, temperature: float = 0.0, progress: bool = True,
-             on_tick: Callable[[float], None] | None = None, tick_s: float = 0.5,
              **extra: Any) -> pd.DataFrame:
     """Send every prompt, at most `concurrency` in flight; one row per request.
 
-    `on_tick(elapsed_s)` is called every `tick_s` seconds while requests run (e.g. to sample
-    /metrics). Works in a plain script and inside a running Jupyter event loop.
+    Extra keyword arguments go to the API (e.g. `n=4`, `extra_body={"ignore_eos": True}`). Works in
+    a plain script and inside Jupyter's running event loop.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    coro = _run(server, prompts, concurrency, max_tokens, temperature, extra, progress, on_tick, tick_s)
+    coro = _run(server, prompts, concurrency, max_tokens, temperature, extra, progress)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -68,7 +68,7 @@ def vllm_command(profile: Profile, model: ModelRef, port: int, options: dict[str
 
 def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[str, Any]) -> LaunchSpec:
     env = envs.get(profile.sglang_env)
-    argv = [str(env.python), "-m", "sglang.launch_server", "--model-path", model.source,
+    argv = [str(env.path / "bin" / "sglang"), "serve", "--model-path", model.source,
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", model.served_name,
             "--dtype", profile.dtype,

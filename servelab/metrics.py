@@ -6,10 +6,13 @@ or without it, so notebooks can use the names the engines document (vllm:prefix_
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import httpx
+import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -64,3 +67,37 @@ def scrape(base_url: str, timeout: float = 10.0) -> Metrics:
 def delta(before: Metrics, after: Metrics, name: str, **labels: str) -> float:
     """How much a counter grew between two scrapes."""
     return after.value(name, **labels) - before.value(name, **labels)
+
+
+class Sampler:
+    """Scrape /metrics every `every_s` seconds in a background thread while a block runs.
+
+        with Sampler(server.url, ["vllm:kv_cache_usage_perc"]) as sampler:
+            run_load(...)
+        sampler.frame()  # one row per scrape: t_s and one column per metric
+    """
+
+    def __init__(self, base_url: str, names: list[str], every_s: float = 0.25) -> None:
+        self.base_url, self.names, self.every_s = base_url, names, every_s
+        self.rows: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        t0 = time.perf_counter()
+        while True:
+            metrics = scrape(self.base_url)
+            self.rows.append({"t_s": time.perf_counter() - t0, **{n: metrics.value(n) for n in self.names}})
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows)
