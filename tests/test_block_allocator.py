@@ -300,3 +300,14 @@ def test_bad_sequence_operations() -> None:
     with pytest.raises(ValueError, match="count must be an integer >= 0, got -1"):
         a.append_tokens("s", -1)
     a.check_invariants()
+
+
+def test_parallel_sampling_shares_the_full_prompt_blocks():
+    from servelab.block_allocator import parallel_sampling_blocks
+
+    # 1006-token prompt, block 128: 7 full blocks shared; each sample copies the partial 8th
+    # block and grows it to 1006 - 896 + 64 = 174 tokens, i.e. 2 blocks of its own.
+    assert parallel_sampling_blocks(1006, 64, 1, 128) == {"shared": 9, "unshared": 9}
+    assert parallel_sampling_blocks(1006, 64, 8, 128) == {"shared": 7 + 8 * 2, "unshared": 72}
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        parallel_sampling_blocks(10, 10, 0, 16)
