@@ -58,7 +58,8 @@ class Server:
     """One engine server process group. Use as a context manager, or call stop()."""
 
     def __init__(self, engine: str, profile: profiles.Profile | str = "auto", *, port: int | None = None,
-                 model: str | None = None, log_dir: Path | None = None, **options: Any) -> None:
+                 model: str | None = None, log_dir: Path | None = None, env: dict[str, str] | None = None,
+                 **options: Any) -> None:
         if engine not in engines.ENGINES:
             raise ValueError(f"unknown engine {engine!r}; accepted: {', '.join(engines.ENGINES)}")
         self.profile = profiles.load(profile) if isinstance(profile, str) else profile
@@ -69,6 +70,7 @@ class Server:
         self.port = port or free_port()
         self.engine = engine
         self.spec = engines.command(engine, self.profile, self.model, self.port, options)
+        self.extra_env = env or {}
         self.log_path = (log_dir or cache_home() / "logs") / f"{engine}-{self.port}.log"
         self.proc: subprocess.Popen | None = None
         self.started_s: float | None = None
@@ -111,7 +113,7 @@ class Server:
 
     def start(self, timeout: float = 600.0) -> Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.spec.env}
+        env = {**os.environ, **self.spec.env, **self.extra_env}
         argv = [sys.executable, str(GUARD), str(os.getpid()), "10", "--", *self.spec.argv]
         t0 = time.monotonic()
         with self.log_path.open("w") as log:

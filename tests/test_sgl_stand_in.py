@@ -1,33 +1,32 @@
 """The CPU stand-in for sgl_kernel (servelab/sgl_kernel_stand_in): op semantics, coverage, refusal.
 
 The notebook kernel has no torch, so every check runs a short script under the sglang-cpu venv's python
-(`$SERVELAB_HOME/envs/sglang-cpu`). Tests skip only when that venv does not exist.
+(`$SERVELAB_HOME/envs/sglang-cpu`). They fail, not skip, when that venv is missing: CI builds it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import socket
 import subprocess
-import tempfile
 import textwrap
-import time
-import urllib.request
 from pathlib import Path
-from typing import IO
 
 import pytest
 
-from servelab import models, profiles
+from servelab.client import chat
 from servelab.paths import REPO, cache_home
+from servelab.server import running
+from tests.conftest import require_engine
 
 STAND_IN = REPO / "servelab" / "sgl_kernel_stand_in"
 SGL_PY = cache_home() / "envs" / "sglang-cpu" / "bin" / "python"
 
-needs_venv = pytest.mark.skipif(not SGL_PY.exists(), reason=f"sglang-cpu venv not built: {SGL_PY} missing")
+
+
+@pytest.fixture(autouse=True)
+def _needs_sglang_venv() -> None:
+    require_engine("sglang")
 
 # Names SGLang 0.5.23 looks up on sgl_kernel, inside try/except ImportError, with a fallback when absent.
 # They are asked for but deliberately not provided. sglang/srt/models/inkling_common/norm.py does
@@ -104,7 +103,6 @@ def read_record(path: Path) -> dict[str, set[str]]:
 # (a) numeric semantics ---------------------------------------------------------------------------------
 
 
-@needs_venv
 def test_assign_req_to_token_pool_matches_reference() -> None:
     out = run_sgl("""
         import torch
@@ -136,7 +134,6 @@ def test_assign_req_to_token_pool_matches_reference() -> None:
     assert out.strip() == "ok"
 
 
-@needs_venv
 def test_copy_all_layer_kv_cache_matches_reference() -> None:
     out = run_sgl("""
         import torch
@@ -170,7 +167,6 @@ def test_copy_all_layer_kv_cache_matches_reference() -> None:
     assert out.strip() == "ok"
 
 
-@needs_venv
 def test_everything_else_fails_loudly() -> None:
     out = run_sgl("""
         import sgl_kernel
@@ -202,7 +198,6 @@ def test_everything_else_fails_loudly() -> None:
 # (b) coverage of what this SGLang version asks for -------------------------------------------------------
 
 
-@needs_venv
 def test_stand_in_covers_what_the_cpu_server_imports(tmp_path: Path) -> None:
     """Dynamic, not a source scan: a scan of sglang finds hundreds of sgl_kernel uses, nearly all behind
     `if _is_cuda:`-style guards that a regex cannot evaluate. Instead, with the CPU engine switched on and
@@ -243,80 +238,26 @@ def test_stand_in_covers_what_the_cpu_server_imports(tmp_path: Path) -> None:
     assert info["amx"] is False  # no torch.ops.sgl_kernel ops registered, so SGLang keeps its torch paths
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@needs_venv
 @pytest.mark.engine
 def test_real_cpu_server_runs_on_the_stand_in(tmp_path: Path) -> None:
     """Start the real SGLang server on the stand-in, serve one greedy chat request, and check that nothing
     beyond the stand-in was asked for at request time and that plain serving calls none of its ops."""
-    model = models.resolve(profiles.load("cpu").model).source  # raises ModelMissing, with the fix, if absent
+    require_engine("sglang")
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
         "import os\nif os.environ.get('SGLANG_USE_CPU_ENGINE') == '1':\n" + textwrap.indent(RECORDER, "    ")
     )
     log = tmp_path / "record.jsonl"
-    port = _free_port()
-    env = dict(
-        os.environ,
-        SGLANG_USE_CPU_ENGINE="1",
-        OMP_NUM_THREADS="1",
-        SERVELAB_SGL_RECORD=str(log),
-        PYTHONPATH=f"{site}{os.pathsep}{STAND_IN}",
-    )
-    flags = "--host 127.0.0.1 --device cpu --attention-backend torch_native --sampling-backend pytorch"
-    flags += " --dtype float32 --sleep-on-idle --max-total-tokens 4096"
-    argv = [str(SGL_PY), "-m", "sglang.launch_server", "--model-path", model, "--port", str(port)]
-    argv += flags.split()
-    with tempfile.TemporaryFile() as slog:
-        proc = subprocess.Popen(argv, env=env, stdout=slog, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 300
-            while True:
-                assert proc.poll() is None, "server exited:\n" + _tail(slog)
-                assert time.monotonic() < deadline, "server not healthy in 300 s:\n" + _tail(slog)
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                time.sleep(1)
-            body = {
-                "model": model,
-                "temperature": 0,
-                "max_tokens": 30,
-                "messages": [{"role": "user", "content": "What is the capital of France?"}],
-            }
-            req = urllib.request.Request(
-                url + "/v1/chat/completions", json.dumps(body).encode(), {"content-type": "application/json"}
-            )
-            with urllib.request.urlopen(req, timeout=120) as r:
-                answer = json.load(r)["choices"][0]["message"]["content"]
-        finally:
-            _stop_group(proc)
+    env = {"SERVELAB_SGL_RECORD": str(log), "PYTHONPATH": f"{site}{os.pathsep}{STAND_IN}"}
+    with running("sglang", "cpu", env=env, kv_cache_gib=0.1) as srv:
+        answer = chat(srv, "What is the capital of France?", max_tokens=30)
     rec = read_record(log)
     assert rec["get"], "recorder saw nothing: the stand-in was not imported by the server"
     assert not rec["get"] - set(_provided()) - TOLERATED_PROBES, rec["get"]
     assert not rec["submodule"], rec["submodule"]
     assert not rec["call"], f"plain serving called stand-in ops: {rec['call']}"
     assert "Paris" in answer, answer
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the server's own process group, then SIGKILL whatever of it is left."""
-    os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 def _provided() -> tuple[str, ...]:
@@ -331,15 +272,9 @@ def _provided() -> tuple[str, ...]:
     return tuple(names)
 
 
-def _tail(f: IO[bytes]) -> str:
-    f.seek(0)
-    return f.read()[-4000:].decode(errors="replace")
-
-
 # (c) refusal ---------------------------------------------------------------------------------------------
 
 
-@needs_venv
 @pytest.mark.parametrize("value", [None, "0"])
 def test_refuses_without_cpu_engine(value: str | None) -> None:
     env = {} if value is None else {"SGLANG_USE_CPU_ENGINE": value}
@@ -358,7 +293,6 @@ def test_refuses_without_cpu_engine(value: str | None) -> None:
     assert out.startswith("refused:") and "SGLANG_USE_CPU_ENGINE" in out
 
 
-@needs_venv
 def test_refuses_when_cuda_is_available() -> None:
     out = run_sgl("""
         import torch

@@ -1,0 +1,41 @@
+"""Both engines live on the cpu profile: greedy agreement with transformers, and clean teardown."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab import server
+from servelab.correctness import agreement, greedy_answers, reference_answers
+from servelab.workloads import QUESTIONS
+from tests.conftest import require_engine
+from tests.test_server import _alive
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def live(cpu) -> dict[str, dict]:
+    """Start each engine once, ask the fixed questions, stop it; keep what the tests need."""
+    out = {}
+    for engine in ("vllm", "sglang"):
+        require_engine(engine)
+        with server.running(engine, cpu) as srv:
+            pids = srv.pids()
+            out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version()}
+        out[engine]["alive_after"] = _alive(pids)
+    return out
+
+
+def test_greedy_outputs_of_both_engines_and_transformers_are_identical(live, cpu):
+    questions = list(QUESTIONS)
+    table = agreement(questions, {"vLLM": live["vllm"]["answers"], "SGLang": live["sglang"]["answers"],
+                                  "transformers": reference_answers(cpu, questions)})
+    assert table.identical.all(), table[~table.identical].to_dict("records")
+    assert "Paris" in table.loc[0, "vLLM"]
+
+
+@pytest.mark.parametrize(("engine", "version"), [("vllm", "0.32.0"), ("sglang", "0.5.23")])
+def test_context_manager_stops_the_whole_group(live, engine, version):
+    assert len(live[engine]["pids"]) >= 3  # guard, server, engine core / scheduler (and more)
+    assert live[engine]["alive_after"] == []
+    assert live[engine]["version"].startswith(version)
