@@ -197,5 +197,44 @@ pd.Series(runtime_result)
 # SGLang refuses the articles' arguments before it starts anything: when
 # `speculative_num_steps` is not given, it asserts that `speculative_eagle_topk` and
 # `speculative_num_draft_tokens` are not given either, and then chooses all three itself. Give
-# all three, or none. The next section checks every launch command the book shows against the
-# engines' own argument parsers.
+# all three, or none. On this CPU profile even correct speculative arguments would stop later:
+# SGLang's speculative decoding needs attention kernels that its CPU engine does not have.
+
+# %% [markdown]
+# ## Launch commands, checked by the engines themselves
+#
+# Flags change between engine versions faster than articles are updated. So every launch
+# command this book shows is handed to the installed engine's own argument parser and, for
+# SGLang, to its own resolution of server arguments, without starting a server: the commands
+# servelab runs on every profile (GPU profiles included), and the source articles' commands
+# next to corrected ones. Where the engine rejects a command, the table shows the engine's own
+# error; where it accepts it with a warning (a deprecated entry point, say), the warning.
+
+# %%
+import shlex
+
+from servelab import flagcheck
+
+rows = [{"command": f"servelab, profile {name}, {kind}", "engine": engine, "argv": argv}
+        for (name, engine, kind), argv in flagcheck.profile_commands().items()]
+for entry in flagcheck.article_commands():
+    rows += [{"command": f"article: {entry['id']}", "engine": entry["engine"], "argv": entry["command"]},
+             {"command": f"corrected: {entry['id']}", "engine": entry["engine"], "argv": entry["corrected"]}]
+verdicts = flagcheck.check_commands([(row["engine"], row["argv"]) for row in rows])
+launch = pd.DataFrame([{"command": row["command"], "engine": row["engine"], "accepted": v.ok,
+                        "the engine says": v.error or " | ".join(v.warnings), "checked": shlex.join(v.argv)}
+                       for row, v in zip(rows, verdicts, strict=True)])
+results.save("launch_commands_checked", launch, prof)
+launch[["command", "engine", "accepted", "the engine says"]]
+
+# %% [markdown]
+# The articles' commands and their corrected forms, as you would type them:
+
+# %%
+for row in launch[launch.command.str.startswith(("article", "corrected"))].itertuples():
+    print(f"# {row.command} -> {'accepted' if row.accepted else 'rejected'}")
+    print(row.checked, end="\n\n")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(bool(launch[~launch.command.str.startswith("article")].accepted.all()))

@@ -26,12 +26,13 @@ import shlex
 import subprocess
 import tempfile
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomllib
 
-from servelab import envs
+from servelab import engines, envs, models, profiles
 from servelab.paths import DATA
 
 ENGINE_SIDE = Path(__file__).resolve().parent / "engine_side"
@@ -145,28 +146,15 @@ def check_commands(items: Iterable[tuple[str, Sequence[str] | str]], env_names: 
     pythons = {engine: envs.get(names[engine]).require().python for engine in by_engine}  # fail before starting any
     results: list[FlagCheck | None] = [None] * len(parsed)
     with tempfile.TemporaryDirectory(prefix="servelab-flagcheck-") as tmp:
-        running = []
+        jobs = []
         for engine, idx in by_engine.items():
             cmds = [parsed[i] for i in idx]
             env, notes = _engine_environment(engine, cmds, Path(tmp))
-            proc = subprocess.Popen(
-                [str(pythons[engine]), str(ENGINE_SIDE / SCRIPTS[engine])], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp,
-            )
-            running.append((engine, idx, cmds, notes, proc))
-        for engine, idx, cmds, notes, proc in running:
-            request = json.dumps({"commands": [c.request() for c in cmds]})
-            try:
-                out, err = proc.communicate(request, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise FlagCheckFailed(f"{SCRIPTS[engine]} took longer than {timeout:.0f} s") from None
-            try:
-                answer = json.loads(out)
-            except json.JSONDecodeError:
-                tail = " | ".join(err.strip().splitlines()[-3:]) or "(no output)"
-                raise FlagCheckFailed(f"{SCRIPTS[engine]} failed (exit code {proc.returncode}): {tail}") from None
+            jobs.append((engine, idx, cmds, notes, env))
+        with ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
+            answers = list(pool.map(lambda job: _run_checker(job[0], pythons[job[0]], job[2], job[4], tmp, timeout),
+                                    jobs))
+        for (_, idx, cmds, notes, _), answer in zip(jobs, answers, strict=True):
             for i, cmd, note, res in zip(idx, cmds, notes, answer["results"], strict=True):
                 ignored = [f"ignored environment assignment {a} (checked without it)" for a in cmd.ignored]
                 results[i] = FlagCheck(ok=res["ok"], error=res["error"], warnings=ignored + note + res["warnings"],
@@ -174,12 +162,34 @@ def check_commands(items: Iterable[tuple[str, Sequence[str] | str]], env_names: 
     return [r for r in results if r is not None]
 
 
+def _run_checker(engine: str, python: Path, cmds: list[Command], env: dict[str, str], cwd: str,
+                 timeout: float) -> dict:
+    """Run one engine's checker script on `cmds`; its JSON answer."""
+    request = json.dumps({"commands": [c.request() for c in cmds]})
+    try:
+        out = subprocess.run([str(python), str(ENGINE_SIDE / SCRIPTS[engine])], input=request, capture_output=True,
+                             text=True, env=env, cwd=cwd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise FlagCheckFailed(f"{SCRIPTS[engine]} took longer than {timeout:.0f} s") from None
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        tail = " | ".join(out.stderr.strip().splitlines()[-3:]) or "(no output)"
+        raise FlagCheckFailed(f"{SCRIPTS[engine]} failed (exit code {out.returncode}): {tail}") from None
+
+
 def _engine_environment(engine: str, cmds: list[Command], tmp: Path) -> tuple[dict[str, str], list[list[str]]]:
-    """The checker's environment (offline; no CPU-engine switch) and per-command notes about it."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_USE_CPU_ENGINE", "PYTHONPATH")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    """The checker's environment and per-command notes about it.
+
+    vLLM's checks never read a model, but with HF_HUB_OFFLINE set EngineArgs.__post_init__ swaps a
+    hub id for its local snapshot and fails when there is none, so vLLM runs without it. SGLang's
+    resolution reads config.json: it runs offline against a hub cache made for the check.
+    """
+    drop = ("SGLANG_USE_CPU_ENGINE", "PYTHONPATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     notes: list[list[str]] = [[] for _ in cmds]
     if engine == "sglang":
+        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         hub = tmp / "hub"
         hub.mkdir()
         env["HF_HUB_CACHE"] = str(hub)
@@ -246,6 +256,24 @@ def stand_in_config(model_id: str) -> dict | None:
         return None
     shape = {k: v for k, v in shapes[name].items() if k != "params_b"}
     return {"architectures": [family[1]], "model_type": family[0], "torch_dtype": "bfloat16", **shape}
+
+
+def profile_commands(port: int = 8000) -> dict[tuple[str, str, str], list[str]]:
+    """The launch commands servelab runs, keyed (profile, engine, "plain" | "speculative"), for every profile.
+
+    GPU profiles name hub models; they are not resolved (no network needed to build or check them).
+    """
+    out = {}
+    for name in profiles.names():
+        prof = profiles.load(name)
+        model = (models.resolve(prof.model) if prof.model.startswith("local:")
+                 else models.ModelRef(source=prof.model, served_name=prof.model, local=False))
+        for engine in engines.ENGINES:
+            out[(name, engine, "plain")] = engines.command(engine, prof, model, port, {}).argv
+            if spec := prof.speculative.get(engine):
+                options = {"speculative_config": spec} if engine == "vllm" else dict(spec)
+                out[(name, engine, "speculative")] = engines.command(engine, prof, model, port, options).argv
+    return out
 
 
 def article_commands() -> list[dict]:
