@@ -155,7 +155,8 @@ plt.show()
 # ## The real engine under a small KV budget
 #
 # Now vLLM itself. We give it a deliberately small KV budget, `kv_tokens` tokens, and read back
-# what it built: its block size and number of blocks, from `/metrics`.
+# what it built: its block size and number of blocks, from `/metrics`, next to what the planner
+# of the previous chapter predicts for the same budget.
 
 # %%
 from servelab.client import run_load
@@ -169,7 +170,9 @@ kv_gib = (kv_tokens * kvcache.kv_bytes_per_token(shape, prof.dtype) + 1024) / kv
 vllm = Server("vllm", prof, kv_cache_gib=kv_gib).start()
 info = scrape(vllm.url).labels("vllm:cache_config_info")
 block_size, num_blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
-print(f"vLLM {vllm.version()}: {num_blocks} blocks of {block_size} tokens = {num_blocks * block_size} tokens")
+planned = kvcache.kv_capacity_tokens(kv_gib * kvcache.GIB, shape, prof.dtype, block_size)
+print(f"vLLM {vllm.version()}: {num_blocks} blocks of {block_size} tokens = {num_blocks * block_size} tokens; "
+      f"the planner of chapter 01 predicts {planned} tokens")
 
 # %% [markdown]
 # Next, `pressure_requests` requests arrive at once, each with a prompt of about

@@ -20,6 +20,10 @@ ENGINES = ("vllm", "sglang")
 SGL_STAND_IN = REPO / "servelab" / "sgl_kernel_stand_in"
 
 
+class StandInMissing(RuntimeError):
+    pass
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     engine: str
@@ -45,16 +49,16 @@ def _flags(options: dict[str, Any]) -> list[str]:
 
 def vllm_command(profile: Profile, model: ModelRef, port: int, options: dict[str, Any]) -> LaunchSpec:
     env = envs.get(profile.vllm_env)
+    opts = dict(options)
     argv = [str(env.path / "bin" / "vllm"), "serve", model.source,
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", model.served_name,
-            "--dtype", profile.dtype,
+            "--dtype", opts.pop("dtype", profile.dtype),
             "--max-model-len", str(profile.max_model_len),
             "--max-num-seqs", str(profile.max_num_seqs),
             "--enable-prompt-tokens-details",
             *profile.vllm_flags]
     extra: dict[str, str] = {}
-    opts = dict(options)
     if profile.is_cpu:
         # On CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (whole GiB only) or from
         # --kv-cache-memory-bytes; the flag takes any size, which chapters with tiny budgets need.
@@ -68,17 +72,21 @@ def vllm_command(profile: Profile, model: ModelRef, port: int, options: dict[str
 
 def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[str, Any]) -> LaunchSpec:
     env = envs.get(profile.sglang_env)
+    opts = dict(options)
+    dtype = opts.pop("dtype", profile.dtype)
     argv = [str(env.path / "bin" / "sglang"), "serve", "--model-path", model.source,
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", model.served_name,
-            "--dtype", profile.dtype,
+            "--dtype", dtype,
             "--context-length", str(profile.max_model_len),
             "--max-running-requests", str(profile.max_num_seqs),
             "--enable-metrics",
             *profile.sglang_flags]
     extra: dict[str, str] = {}
-    opts = dict(options)
     if profile.is_cpu:
+        if not (SGL_STAND_IN / "sgl_kernel" / "__init__.py").is_file():
+            raise StandInMissing(f"SGLang's CPU stand-in for sgl_kernel is missing at {SGL_STAND_IN}; "
+                                    "restore it from the repository (git checkout -- servelab/sgl_kernel_stand_in)")
         extra.update({
             "SGLANG_USE_CPU_ENGINE": "1",
             # One thread per op was 4-10x faster than two on a 2-core machine.
@@ -90,16 +98,16 @@ def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[s
         opts.setdefault("mem_fraction_static", profile.gpu_memory_utilization)
     if (gib := opts.pop("kv_cache_gib", None)) is not None:
         # SGLang sizes its KV pool in tokens.
-        opts.setdefault("max_total_tokens", kv_tokens_for(profile, model, gib))
+        opts.setdefault("max_total_tokens", kv_tokens_for(dtype, model, gib))
     return LaunchSpec("sglang", argv + _flags(opts), extra)
 
 
-def kv_tokens_for(profile: Profile, model: ModelRef, gib: float) -> int:
+def kv_tokens_for(dtype: str, model: ModelRef, gib: float) -> int:
     """Tokens of KV cache that `gib` holds for this model and dtype (SGLang sizes its pool in tokens)."""
     from servelab.kvcache import kv_bytes_per_token, served_model_shape
 
     shape = served_model_shape(model.source)
-    return int(gib * 2**30 // kv_bytes_per_token(shape, profile.dtype))
+    return int(gib * 2**30 // kv_bytes_per_token(shape, dtype))
 
 
 def command(engine: str, profile: Profile, model: ModelRef, port: int, options: dict[str, Any]) -> LaunchSpec:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from servelab import envs, models, server
+from servelab import engines, envs, models, server
 from tests.conftest import require_engine
 
 pytestmark = pytest.mark.engine
@@ -102,3 +102,27 @@ def test_no_engine_process_survives_a_sigkilled_client(engine):
     finally:
         if client.poll() is None:
             client.kill()
+
+
+def test_missing_sglang_env_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("SERVELAB_HOME", str(tmp_path))
+    with pytest.raises(envs.EngineEnvMissing, match="engine env 'sglang-cpu' is missing"):
+        server.Server("sglang", "cpu")
+
+
+def test_missing_sglang_stand_in_is_one_line(monkeypatch, tmp_path):
+    require_engine("sglang")
+    monkeypatch.setattr(engines, "SGL_STAND_IN", tmp_path / "nowhere")
+    with pytest.raises(engines.StandInMissing) as err:
+        server.Server("sglang", "cpu")
+    assert "stand-in for sgl_kernel is missing" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sglang_flag_the_version_does_not_know_reports_its_log(cpu):
+    require_engine("sglang")
+    srv = server.Server("sglang", cpu, no_such_flag=1)
+    with pytest.raises(server.EngineStartError) as err:
+        srv.start(timeout=180)
+    assert "sglang server exited with code" in str(err.value).splitlines()[0]
+    assert "unrecognized arguments: --no-such-flag" in str(err.value)
+    assert srv.proc is None
