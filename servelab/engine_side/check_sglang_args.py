@@ -19,99 +19,18 @@ stdout: one JSON document {"engine": "sglang", "version": ..., "results": [{"ok"
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
 import json
 import linecache
-import logging
 import os
 import sys
-import traceback
-import warnings
+
+from engine_report import Capture, describe, one_line  # noqa: E402 (beside this script)
 
 LOGGER_PREFIX = "sglang"
 
 os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # before sglang is imported: is_cpu() reads it
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split()).replace("( ", "(").replace(" )", ")").replace("[ ", "[").replace(" ]", "]")
-
-
-def _where(err: BaseException) -> tuple[str, int, str]:
-    """File (relative to site-packages), line and whole source statement where `err` was raised."""
-    frame = traceback.extract_tb(err.__traceback__)[-1]
-    source = "".join(linecache.getlines(frame.filename))
-    statement = frame.line or ""
-    with contextlib.suppress(SyntaxError, ValueError):
-        best = None
-        for node in ast.walk(ast.parse(source)):
-            inside = isinstance(node, ast.stmt) and node.lineno <= frame.lineno <= (node.end_lineno or node.lineno)
-            if inside and (best is None or node.lineno >= best.lineno):
-                best = node
-        if best is not None:
-            statement = ast.get_source_segment(source, best) or statement
-            return frame.filename.split("site-packages/")[-1], best.lineno, _one_line(statement)
-    return frame.filename.split("site-packages/")[-1], frame.lineno or 0, _one_line(statement)
-
-
-def _importing() -> bool:
-    """Whether the caller runs inside an import statement (a module body being executed)."""
-    return any(frame.filename.startswith("<frozen importlib") for frame in traceback.extract_stack())
-
-
-def describe(err: BaseException, stderr: str) -> str:
-    """The engine's own error, as one line."""
-    if isinstance(err, SystemExit):
-        lines = stderr.splitlines()
-        start = next((i for i, line in enumerate(lines) if ": error: " in line), None)
-        if start is not None:
-            return _one_line(" ".join(lines[start:]))
-        return f"exited with status {err.code} while parsing: {_one_line(stderr)[-300:]}"
-    if isinstance(err, AssertionError):
-        where, line, statement = _where(err)
-        return f"AssertionError at {where}:{line}: {statement}" + (f" -> {_one_line(err)}" if str(err) else "")
-    return f"{type(err).__name__}: {_one_line(err)}"
-
-
-class Capture:
-    """Warnings the engine emits while one command is checked: its loggers' and Python's.
-
-    Messages emitted while a module is being imported are left out: they are import noise
-    (platform support notices, deprecated APIs of dependencies), not about the command.
-    """
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-        self.stderr = io.StringIO()
-        self._stack = contextlib.ExitStack()
-
-    def __enter__(self) -> Capture:
-        original = logging.Logger.handle
-        messages = self.messages
-
-        def handle(logger: logging.Logger, record: logging.LogRecord) -> None:
-            if record.levelno >= logging.WARNING and record.name.split(".")[0] == LOGGER_PREFIX and not _importing():
-                messages.append(_one_line(record.getMessage()))
-            original(logger, record)
-
-        def showwarning(message, category, *_, **__) -> None:
-            if not _importing():
-                messages.append(f"{category.__name__}: {_one_line(message)}")
-
-        logging.Logger.handle = handle  # type: ignore[method-assign]
-        self._stack.callback(setattr, logging.Logger, "handle", original)
-        self._stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("always")
-        warnings.showwarning = showwarning
-        self._stack.enter_context(contextlib.redirect_stderr(self.stderr))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-    def warnings(self) -> list[str]:
-        return list(dict.fromkeys(self.messages))
 
 
 def _main_block(module) -> object:
@@ -156,7 +75,7 @@ class Engine:
         try:
             get_device()
         except RuntimeError as err:
-            return _one_line(err)
+            return one_line(err)
         return ""
 
     def run(self, command: dict) -> dict:
@@ -171,7 +90,7 @@ class Engine:
         env = dict(os.environ)
         failure: BaseException | None = None
         try:
-            with Capture() as cap:
+            with Capture(LOGGER_PREFIX) as cap:
                 try:
                     if command["form"] == "serve":
                         sys.argv = ["sglang", "serve", *args]

@@ -11,13 +11,11 @@ Usage: python sgl_runtime_speculative.py MODEL_DIR
 
 from __future__ import annotations
 
-import ast
 import json
-import linecache
 import sys
-import traceback
 
 import sglang as sgl
+from engine_report import where  # beside this script
 
 ARTICLE_KWARGS = {
     "model_path": "meta-llama/Meta-Llama-3.1-70B-Instruct",  # replaced by MODEL_DIR
@@ -30,27 +28,14 @@ ARTICLE_KWARGS = {
 }
 
 
-def statement_at(filename: str, lineno: int) -> str:
-    """The whole source statement around `lineno` (an assert can span several lines)."""
-    source = "".join(linecache.getlines(filename))
-    best = None
-    for node in ast.walk(ast.parse(source)):
-        inside = isinstance(node, ast.stmt) and node.lineno <= lineno <= (node.end_lineno or node.lineno)
-        if inside and (best is None or node.lineno >= best.lineno):
-            best = node
-    segment = ast.get_source_segment(source, best) if best else linecache.getline(filename, lineno)
-    return " ".join(segment.split())
-
-
 def main(model_dir: str) -> dict:
     kwargs = {**ARTICLE_KWARGS, "model_path": model_dir, "speculative_draft_model_path": model_dir}
     try:
         runtime = sgl.Runtime(**kwargs)
     except BaseException as err:  # noqa: BLE001 - reporting exactly what the engine raised
-        frame = traceback.extract_tb(err.__traceback__)[-1]
-        return {"started": False, "error": type(err).__name__, "message": str(err),
-                "where": f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno}",
-                "statement": statement_at(frame.filename, frame.lineno), "kwargs": kwargs}
+        file, line, statement = where(err)
+        return {"started": False, "error": type(err).__name__, "message": str(err), "where": f"{file}:{line}",
+                "statement": statement, "kwargs": kwargs}
     runtime.shutdown()
     return {"started": True, "kwargs": kwargs}
 
