@@ -9,5 +9,8 @@ python -m servelab setup --profile cpu
 [ "$(python -c 'from servelab.profiles import detect; print(detect())')" = cpu ] || python -m servelab setup
 echo "[test] setup took $(( $(date +%s) - start )) s"
 ruff check .
+# Notebooks re-executed by the tests save their measurements here, not over the committed results/.
+SERVELAB_RESULTS="$(mktemp -d)"
+export SERVELAB_RESULTS
 exec python -m pytest tests notebooks/*.ipynb --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
   -p no:cacheprovider "$@"

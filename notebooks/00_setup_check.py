@@ -42,7 +42,7 @@ banner.show(prof)
 # vLLM and SGLang each pin their own build of PyTorch, so each lives in its own virtual
 # environment, and this notebook never imports either. It starts them as servers, the way you
 # would in production: bound to 127.0.0.1 on a free port, in their own process group, and
-# stopped when the `with` block ends, when a cell fails, or when the kernel dies. The notebook
+# stopped when the `with` block ends (also when its cell fails), or when the kernel dies. The notebook
 # talks to them over the OpenAI-compatible HTTP API and reads their Prometheus `/metrics`.
 #
 # On the `cpu` profile the model is SmolLM2-135M-Instruct, converted at set-up time from the GGUF
@@ -181,17 +181,20 @@ by_dtype
 # in SGLang's own environment, since the notebook kernel does not import engines.
 
 # %%
-from servelab.engine_side import HERE as engine_side
+from servelab.engine_side import HERE as engine_side_scripts
 
-print((engine_side / "sgl_agent.py").read_text().split("def main")[0].split("import sglang as sgl")[1].strip())
+agent_source = (engine_side_scripts / "sgl_agent.py").read_text()
+programs = agent_source.split("# --- programs (notebook 00 prints this part) ---")[1]
+print(programs.split("# --- end of programs ---")[0].strip())
 
 # %%
 pd.Series(frontend)
 
 # %% [markdown]
-# The branches of the `fork` share everything up to the fork point. SGLang's radix cache keeps
-# that prefix once, so the branches only compute their own new tokens: the server's counter of
-# prompt tokens served from its cache grew during the program by the number below.
+# The branches of the `fork` share everything up to the fork point, and the follow-up program
+# starts with the same conversation as the first one. SGLang's radix cache keeps a prefix it
+# has seen, so those tokens are not computed again: while the three programs ran, the server's
+# counter of prompt tokens served from its cache grew by the number below.
 
 # %%
 print(int(frontend_cached))
@@ -201,20 +204,28 @@ print(int(frontend_cached))
 #
 # The source articles start SGLang from Python with speculative decoding: `sgl.Runtime(...)`
 # with `speculative_algorithm="STANDALONE"`, a draft model and `speculative_num_draft_tokens=5`.
-# `sgl.Runtime` still exists in SGLang 0.5.23. Here is what that exact call does now (with a
-# local model folder in place of the hub ids, since the check reads the model's configuration
-# first and this must not depend on a model hub):
+# `sgl.Runtime` still exists in SGLang 0.5.23. Here is what that call does now, with this
+# profile's model in place of the articles' 70B target and 8B draft (SGLang reads the model's
+# configuration before it checks the speculative arguments, and the `cpu` profile has no model
+# hub):
 
 # %%
 runtime_result = run_script(sglang_python, "sgl_runtime_speculative.py", str(models.resolve(prof.model).source))
 pd.Series(runtime_result)
 
+# %%
+# NBVAL_CHECK_OUTPUT
+print(runtime_result["started"] is False, runtime_result["error"] == "AssertionError",
+      "speculative_num_draft_tokens is None" in runtime_result["statement"])
+
 # %% [markdown]
 # SGLang refuses the articles' arguments before it starts anything: when
 # `speculative_num_steps` is not given, it asserts that `speculative_eagle_topk` and
 # `speculative_num_draft_tokens` are not given either, and then chooses all three itself. Give
-# all three, or none. On this CPU profile even correct speculative arguments would stop later:
-# SGLang's speculative decoding needs attention kernels that its CPU engine does not have.
+# all three, or none. The `cpu` profile configures no speculative decoding for SGLang at all: its
+# draft models need a decode attention backend from a list that does not include the
+# `torch_native` backend of the CPU engine (`sglang/srt/speculative/draft_utils.py` raises
+# "EAGLE is not supported in decode attention backend ..." for it).
 
 # %% [markdown]
 # ## Launch commands, checked by the engines themselves
@@ -224,7 +235,9 @@ pd.Series(runtime_result)
 # SGLang, to its own resolution of server arguments, without starting a server: the commands
 # servelab runs on every profile (GPU profiles included), and the source articles' commands
 # next to corrected ones. Where the engine rejects a command, the table shows the engine's own
-# error; where it accepts it with a warning (a deprecated entry point, say), the warning.
+# error; where it accepts it with a warning (a deprecated entry point, say), the warning. The
+# parsers are those of the `cpu` profile's engine environments, so GPU commands are judged by
+# the CPU builds; the "checked with" column names the version that judged each command.
 
 # %%
 import shlex
@@ -237,11 +250,11 @@ for entry in flagcheck.article_commands():
     rows += [{"command": f"article: {entry['id']}", "engine": entry["engine"], "argv": entry["command"]},
              {"command": f"corrected: {entry['id']}", "engine": entry["engine"], "argv": entry["corrected"]}]
 verdicts = flagcheck.check_commands([(row["engine"], row["argv"]) for row in rows])
-launch = pd.DataFrame([{"command": row["command"], "engine": row["engine"], "accepted": v.ok,
+launch = pd.DataFrame([{"command": row["command"], "checked with": v.checked_with, "accepted": v.ok,
                         "the engine says": v.error or " | ".join(v.warnings), "checked": shlex.join(v.argv)}
                        for row, v in zip(rows, verdicts, strict=True)])
 results.save("launch_commands_checked", launch, prof)
-launch[["command", "engine", "accepted", "the engine says"]]
+launch[["command", "checked with", "accepted", "the engine says"]]
 
 # %% [markdown]
 # The articles' commands and their corrected forms, as you would type them:

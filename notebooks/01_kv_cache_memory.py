@@ -24,7 +24,7 @@
 
 # %% tags=["parameters"]
 profile = "auto"
-kv_cache_gib = 1.0            # KV budget given to the engine for the capacity check
+kv_cache_gib = None           # KV budget to check (GiB); None: the profile's, else two full-length sequences
 gpu_memory_gib = [24, 80]     # GPU sizes to plan for
 utilization = 0.9             # fraction of GPU memory an engine claims (vLLM's default is 0.9)
 contexts = [1024, 2048, 4096, 8192, 16384, 32768]
@@ -85,8 +85,9 @@ plt.show()
 # number waits in the queue, and its TTFT includes the wait; a system that reserves memory
 # carelessly hits the same wall earlier, or runs out of memory.
 #
-# The planner below does this arithmetic for each model, GPU size and context length. It
-# ignores activation memory and CUDA graphs, so real engines fit slightly fewer.
+# The planner below does this arithmetic for each model, GPU size and context length. It counts
+# weights and KV cache only; an engine also needs memory for activations (and, on GPUs, CUDA
+# graphs), which the planner's `overhead_gib` argument can reserve.
 
 # %%
 plans = pd.DataFrame([
@@ -101,23 +102,25 @@ fig, axs = plt.subplots(1, len(gpu_memory_gib), figsize=(11, 4), sharey=True)
 for ax, mem in zip(axs, gpu_memory_gib, strict=True):
     plots.axes(f"{mem} GiB GPU", "context length (tokens)", "sequences that fit", ax=ax)
     for name in big:
-        rows = plans[(plans.model == name) & (plans.memory_gib == mem)]
-        ax.plot(rows.context_len, rows.max_sequences, marker="o", label=name.split("/")[1])
+        rows = plans[(plans.model == name) & (plans.memory_gib == mem) & (plans.max_sequences > 0)]
+        if len(rows):
+            ax.plot(rows.context_len, rows.max_sequences, marker="o", label=name.split("/")[1])
     ax.set_xscale("log", base=2)
     ax.set_yscale("symlog")
 axs[0].legend()
 plt.show()
 
 # %% [markdown]
-# The 70B-class models do not appear on either plot: their bf16 weights alone are larger than
-# the memory an engine may claim on one 80 GiB GPU, so no sequence fits at all. That is the
-# hard out-of-memory case; serving them takes several GPUs (tensor parallelism) or a smaller
-# weight format. For the models that do fit, each doubling of context halves the number of
-# concurrent sequences.
+# Models without a line have no sequence that fits: the table above shows zeros for the
+# 70B-class models on both GPU sizes, because their bf16 weights alone are larger than the
+# memory an engine may claim on one GPU. That is the hard out-of-memory case; serving them takes
+# several GPUs (tensor parallelism) or a smaller weight format. For the models that do fit, the
+# next cell divides the sequences that fit at each context length by those at twice that length.
 
 # %%
-fits = plans[plans.max_sequences > 0].groupby(["model", "memory_gib"]).max_sequences.max()
-print(fits.to_string())
+fitting = plans[plans.max_sequences > 0].sort_values("context_len")
+ratios = fitting.groupby(["model", "memory_gib"]).max_sequences.apply(lambda s: (s / s.shift(-1)).dropna().round(2))
+print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 
 # %% [markdown]
 # ## Checking the arithmetic against the engine
@@ -133,6 +136,8 @@ from servelab.metrics import scrape
 from servelab.server import running
 
 served = kvcache.served_model_shape(models.resolve(prof.model).source)
+kv_cache_gib = kv_cache_gib or prof.kv_cache_gib or (
+    2 * prof.max_model_len * kvcache.kv_bytes_per_token(served, prof.dtype) / kvcache.GIB)
 with running("vllm", prof, kv_cache_gib=kv_cache_gib) as vllm:
     info = scrape(vllm.url).labels("vllm:cache_config_info")
 
@@ -173,7 +178,8 @@ print(abs(check["relative_difference"]) < 0.05)
 # 1. Re-run the planner with an fp8 KV cache (`kv_dtype="fp8"`; the weights stay bf16). How
 #    many more 8k-token sequences of Qwen2.5-7B fit on a 24 GiB GPU?
 # 2. Run this notebook with `papermill ... -p kv_cache_gib 0.25`. Does the engine still agree
-#    with the planner? How many full-length sequences does vLLM now say it can hold?
+#    with the planner? How many full-length sequences does vLLM now say it can hold? (The answer
+#    is that run's output; the last table above holds both numbers.)
 # 3. Llama-3.1-70B has 64 attention heads but 8 KV heads. How much larger would its KV cache be
 #    without grouped-query attention?
 #

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 
 from servelab import profiles
@@ -43,10 +44,15 @@ def main(argv: list[str] | None = None) -> int:
             setup(args.profile)
             run_notebooks(args.profile)
             build_book()
-    except (profiles.UnknownProfile, RuntimeError, ValueError) as err:
-        print(f"servelab: error: {err}", file=sys.stderr)
+    except (RuntimeError, ValueError, subprocess.CalledProcessError) as err:
+        print(f"servelab: error: {_one_line(err)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 def _setup(args: argparse.Namespace) -> int:

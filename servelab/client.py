@@ -71,12 +71,13 @@ async def _stream_one(client: AsyncOpenAI, model: str, prompt: str | list[dict],
         stream=True, stream_options={"include_usage": True}, **extra,
     )
     async for chunk in stream:
-        if chunk.choices:
-            delta = chunk.choices[0].delta.content
-            if delta and first is None:
+        for choice in chunk.choices:
+            if choice.index != 0:  # with n > 1 the samples' chunks interleave; time and keep the first
+                continue
+            if choice.delta.content and first is None:
                 first = time.perf_counter()
-            parts.append(delta or "")
-            finish = chunk.choices[0].finish_reason or finish
+            parts.append(choice.delta.content or "")
+            finish = choice.finish_reason or finish
         if chunk.usage:
             usage = chunk.usage
     end = time.perf_counter()

@@ -58,7 +58,6 @@ def vllm_command(profile: Profile, model: ModelRef, port: int, options: dict[str
             "--max-num-seqs", str(profile.max_num_seqs),
             "--enable-prompt-tokens-details",
             *profile.vllm_flags]
-    extra: dict[str, str] = {}
     if profile.is_cpu:
         # On CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (whole GiB only) or from
         # --kv-cache-memory-bytes; the flag takes any size, which chapters with tiny budgets need.
@@ -67,7 +66,7 @@ def vllm_command(profile: Profile, model: ModelRef, port: int, options: dict[str
         opts.setdefault("gpu_memory_utilization", profile.gpu_memory_utilization)
     if (gib := opts.pop("kv_cache_gib", None)) is not None:
         opts.setdefault("kv_cache_memory_bytes", int(gib * 2**30))
-    return LaunchSpec("vllm", argv + _flags(opts), extra)
+    return LaunchSpec("vllm", argv + _flags(opts))
 
 
 def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[str, Any]) -> LaunchSpec:
@@ -89,6 +88,9 @@ def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[s
                                     "restore it from the repository (git checkout -- servelab/sgl_kernel_stand_in)")
         extra.update({
             "SGLANG_USE_CPU_ENGINE": "1",
+            # The cpu profile runs on the CPU even on a GPU machine (the stand-in refuses to load
+            # where CUDA is visible).
+            "CUDA_VISIBLE_DEVICES": "",
             # One thread per op was 4-10x faster than two on a 2-core machine.
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(SGL_STAND_IN),

@@ -66,8 +66,8 @@ class EngineEnv:
             )
         return self
 
-    def site_packages(self) -> Path:
-        return next((self.path / "lib").glob("python3*/site-packages"))
+    def site_packages(self) -> Path | None:
+        return next((self.path / "lib").glob("python3*/site-packages"), None)
 
 
 def _specs() -> dict[str, dict[str, Any]]:
@@ -96,7 +96,10 @@ def _write_alias(env: EngineEnv, name: str, of: str, local_version: str = "") ->
         capture_output=True, text=True, check=True,
     )
     version = out.stdout.strip() + (f"+{local_version}" if local_version else "")
-    info = env.site_packages() / f"{name}-{version}.dist-info"
+    site = env.site_packages()
+    if site is None:
+        raise RuntimeError(f"{env.path} has no site-packages; rebuild it: python -m servelab setup --env {env.name}")
+    info = site / f"{name}-{version}.dist-info"
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
@@ -150,9 +153,10 @@ def installed_version(env: EngineEnv, dist: str) -> str | None:
     """A distribution's version inside an engine venv, read from its metadata (no import)."""
     import importlib.metadata as md
 
-    if not env.path.exists():
+    site = env.site_packages()
+    if site is None:
         return None
-    for d in md.distributions(path=[str(env.site_packages())]):
+    for d in md.distributions(path=[str(site)]):
         if d.metadata["Name"] and d.metadata["Name"].lower().replace("_", "-") == dist.lower():
             return d.version
     return None

@@ -19,6 +19,7 @@ GPU, and SGLang's device detection is answered with `--device cuda` (again, repo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -32,10 +33,10 @@ from pathlib import Path
 
 import tomllib
 
-from servelab import engines, envs, models, profiles
+from servelab import engines, envs, kvcache, models, profiles
+from servelab.engine_side import HERE as ENGINE_SIDE_DIR
 from servelab.paths import DATA
 
-ENGINE_SIDE = Path(__file__).resolve().parent / "engine_side"
 SCRIPTS = {"vllm": "check_vllm_args.py", "sglang": "check_sglang_args.py"}
 DEFAULT_ENVS = {"vllm": "vllm-cpu", "sglang": "sglang-cpu"}
 
@@ -66,6 +67,7 @@ class FlagCheck:
     warnings: list[str] = field(default_factory=list)  # what the engine warned about while parsing
     argv: list[str] = field(default_factory=list)  # the command as checked (normalised)
     stage: str = ""  # where it failed: parse, validate, engine_args, speculative_config, resolve
+    checked_with: str = ""  # the engine and version whose parser judged it, e.g. "vllm 0.32.0+cpu"
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,8 @@ def check_commands(items: Iterable[tuple[str, Sequence[str] | str]], env_names: 
             for i, cmd, note, res in zip(idx, cmds, notes, answer["results"], strict=True):
                 ignored = [f"ignored environment assignment {a} (checked without it)" for a in cmd.ignored]
                 results[i] = FlagCheck(ok=res["ok"], error=res["error"], warnings=ignored + note + res["warnings"],
-                                       argv=[*cmd.prefix, *res["args"]], stage=res["stage"])
+                                       argv=[*cmd.prefix, *res["args"]], stage=res["stage"],
+                                       checked_with=f"{answer['engine']} {answer['version']}")
     return [r for r in results if r is not None]
 
 
@@ -167,7 +170,7 @@ def _run_checker(engine: str, python: Path, cmds: list[Command], env: dict[str, 
     """Run one engine's checker script on `cmds`; its JSON answer."""
     request = json.dumps({"commands": [c.request() for c in cmds]})
     try:
-        out = subprocess.run([str(python), str(ENGINE_SIDE / SCRIPTS[engine])], input=request, capture_output=True,
+        out = subprocess.run([str(python), str(ENGINE_SIDE_DIR / SCRIPTS[engine])], input=request, capture_output=True,
                              text=True, env=env, cwd=cwd, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise FlagCheckFailed(f"{SCRIPTS[engine]} took longer than {timeout:.0f} s") from None
@@ -211,19 +214,13 @@ def sglang_hub_ids(cmd: Command) -> list[str]:
     return list(dict.fromkeys(v for v in values if _HUB_ID.match(v) and not Path(v).exists()))
 
 
-def _real_hub_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    return Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
-
-
 def _provide(model_id: str, hub: Path) -> list[str]:
     """Make `model_id` resolvable offline in the checker's hub cache; return what to tell the reader."""
     folder = f"models--{model_id.replace('/', '--')}"
     target = hub / folder
     if target.exists():
         return [] if target.is_symlink() else [_stand_in_note(model_id)]
-    real = _real_hub_cache() / folder
+    real = models.hub_cache() / folder
     if (real / "snapshots").is_dir():
         target.symlink_to(real)
         return []
@@ -245,8 +242,7 @@ def _stand_in_note(model_id: str) -> str:
 
 def stand_in_config(model_id: str) -> dict | None:
     """A config.json with the model's family and shape, or None when the shape is not known."""
-    with (DATA / "model_shapes.toml").open("rb") as f:
-        shapes = tomllib.load(f)
+    shapes = kvcache.known_shapes()
     name = model_id
     for old, new in _RENAMED:
         if name.startswith(old):
@@ -254,7 +250,7 @@ def stand_in_config(model_id: str) -> dict | None:
     family = next(((mt, arch) for prefix, mt, arch in _FAMILIES if name.startswith(prefix)), None)
     if name not in shapes or family is None:
         return None
-    shape = {k: v for k, v in shapes[name].items() if k != "params_b"}
+    shape = {k: v for k, v in dataclasses.asdict(shapes[name]).items() if k not in ("name", "params_b")}
     return {"architectures": [family[1]], "model_type": family[0], "torch_dtype": "bfloat16", **shape}
 
 

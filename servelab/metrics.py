@@ -43,9 +43,6 @@ class Metrics:
         raise KeyError(f"no metric {name!r}; this engine exposes {len(self.samples)} series, "
                        f"e.g. {', '.join(sorted(self.samples)[:5])}")
 
-    def has(self, name: str) -> bool:
-        return name in self.samples or f"{name}_total" in self.samples
-
     def value(self, name: str, **labels: str) -> float:
         """Sum of the samples called `name` whose labels include `labels`."""
         return sum(s.value for s in self._find(name) if labels.items() <= s.labels.items())
@@ -81,6 +78,7 @@ class Sampler:
         self.base_url, self.names, self.every_s = base_url, names, every_s
         self.rows: list[dict[str, float]] = []
         self._stop = threading.Event()
+        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _sample(self, t0: float) -> None:
@@ -89,10 +87,13 @@ class Sampler:
 
     def _loop(self) -> None:
         t0 = time.perf_counter()
-        self._sample(t0)
-        while not self._stop.wait(self.every_s):
+        try:
             self._sample(t0)
-        self._sample(t0)  # one last scrape after the block ended, so counters are final
+            while not self._stop.wait(self.every_s):
+                self._sample(t0)
+            self._sample(t0)  # one last scrape after the block ended, so counters are final
+        except BaseException as err:  # noqa: BLE001 - handed to the caller in __exit__
+            self._error = err
 
     def __enter__(self) -> Sampler:
         self._thread.start()
@@ -101,6 +102,8 @@ class Sampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self._error is not None and exc[0] is None:
+            raise RuntimeError(f"sampling {self.base_url}/metrics failed: {self._error!r}") from self._error
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows)

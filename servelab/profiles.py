@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import tomllib
@@ -37,7 +37,6 @@ class Profile:
     kv_cache_gib: float | None = None
     gpu_memory_utilization: float | None = None
     min_gpu_gib: float = 0.0
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_cpu(self) -> bool:
@@ -65,7 +64,7 @@ def load(name: str = "auto") -> Profile:
         raise UnknownProfile(f"unknown profile {name!r}; valid profiles: auto, {', '.join(table)}")
     raw = table[name]
     fields = {k: v for k, v in raw.items() if k in Profile.__dataclass_fields__}
-    return Profile(name=name, raw=raw, **fields)
+    return Profile(name=name, **fields)
 
 
 def gpu_memory_gib() -> list[float]:

@@ -37,11 +37,3 @@ def save(name: str, data: pd.DataFrame | dict | list, profile: Profile, **notes:
     meta = {"name": name, "file": path.name, **provenance(profile), **notes}
     _atomic_write(folder / f"{name}.meta.json", json.dumps(meta, indent=2, default=str))
     return path
-
-
-def load(name: str, profile: Profile) -> pd.DataFrame | dict | list:
-    folder = results_dir() / profile.name
-    csv = folder / f"{name}.csv"
-    if csv.exists():
-        return pd.read_csv(csv)
-    return json.loads((folder / f"{name}.json").read_text())

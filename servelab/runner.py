@@ -20,6 +20,10 @@ from servelab.paths import REPO
 NOTEBOOKS = REPO / "notebooks"
 
 
+class NotebookFailed(RuntimeError):
+    pass
+
+
 def sources(names: list[str] | None = None) -> list[Path]:
     """The chapters' jupytext sources in order; `names` picks some (e.g. ["00_setup_check"])."""
     found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
@@ -43,10 +47,15 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{source.stem}-") as tmp:
         unexecuted, executed = Path(tmp) / "in.ipynb", Path(tmp) / "out.ipynb"
         jupytext.write(notebook, unexecuted)
-        papermill.execute_notebook(
-            str(unexecuted), str(executed), parameters=parameters or {}, cwd=str(source.parent),
-            kernel_name="python3", execution_timeout=timeout, progress_bar=False,
-        )
+        try:
+            papermill.execute_notebook(
+                str(unexecuted), str(executed), parameters=parameters or {}, cwd=str(source.parent),
+                kernel_name="python3", execution_timeout=timeout, progress_bar=False,
+            )
+        except papermill.PapermillExecutionError as err:
+            evalue = (str(err.evalue).strip().splitlines() or [""])[0]
+            raise NotebookFailed(f"{source.name}: cell {err.exec_count} raised {err.ename}: {evalue}; "
+                                 f"{output.name} was left as it was") from err
         os.replace(executed, output)
     return output
 

@@ -170,9 +170,6 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def __hash__(self) -> int:
-        return id(self)
-
 
 def launch(engine: str, profile: profiles.Profile | str = "auto", **kwargs: Any) -> Server:
     """Start a server and wait until it answers /health."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pandas as pd
 
 from servelab.block_allocator import parallel_sampling_blocks
-from servelab.client import Endpoint, chat_response
+from servelab.client import chat_response
 from servelab.metrics import Sampler
+from servelab.server import Server
 from servelab.workloads import long_prompt
 
 
-def measure_parallel_sampling(server: Endpoint, url: str, n_values: list[int], *, num_blocks: int,
+def measure_parallel_sampling(server: Server, n_values: list[int], *, num_blocks: int,
                               block_size: int, prompt_words: int, output_tokens: int,
                               seed: int = 0) -> pd.DataFrame:
     """For each n: peak KV blocks vLLM held while generating n samples, and what paging predicts.
@@ -21,7 +22,7 @@ def measure_parallel_sampling(server: Endpoint, url: str, n_values: list[int], *
     rows = []
     for n in n_values:
         prompt = long_prompt(prompt_words, seed=10_000 + 100 * seed + n)
-        with Sampler(url, ["vllm:kv_cache_usage_perc"], every_s=0.05) as sampler:
+        with Sampler(server.url, ["vllm:kv_cache_usage_perc"], every_s=0.05) as sampler:
             response = chat_response(server, prompt, n=n, max_tokens=output_tokens, temperature=1.0, seed=seed,
                                      extra_body={"ignore_eos": True})
         prompt_tokens = response.usage.prompt_tokens

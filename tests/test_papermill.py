@@ -40,7 +40,8 @@ def test_failed_run_leaves_the_committed_notebook_untouched(tmp_path):
     source.write_text('# %% tags=["parameters"]\nprofile = "auto"\n\n# %%\nraise SystemExit("boom")\n')
     target = tmp_path / "bad.ipynb"
     target.write_text("original")
-    with pytest.raises(Exception, match="boom"):
+    expected = "bad.py: cell 2 raised SystemExit: boom; bad.ipynb was left as it was"
+    with pytest.raises(runner.NotebookFailed, match=expected):
         runner.execute(source, output=target)
     assert target.read_text() == "original"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ipynb", "bad.py"]

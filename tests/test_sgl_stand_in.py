@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from servelab import engines, envs
 from servelab.client import chat
-from servelab.paths import REPO, cache_home
 from servelab.server import running
 from tests.conftest import require_engine
 
-STAND_IN = REPO / "servelab" / "sgl_kernel_stand_in"
-SGL_PY = cache_home() / "envs" / "sglang-cpu" / "bin" / "python"
-
+STAND_IN = engines.SGL_STAND_IN
+SGL_PY = envs.get("sglang-cpu").python
 
 
 @pytest.fixture(autouse=True)
 def _needs_sglang_venv() -> None:
     require_engine("sglang")
+
 
 # Names SGLang 0.5.23 looks up on sgl_kernel, inside try/except ImportError, with a fallback when absent.
 # They are asked for but deliberately not provided. sglang/srt/models/inkling_common/norm.py does
@@ -79,7 +79,7 @@ _sk.__class__ = _Recording
 
 def run_sgl(code: str, env: dict[str, str] | None = None, cpu_engine: bool = True, timeout: int = 300) -> str:
     """Run `code` under the sglang venv with the stand-in first on the path; return stdout, fail on error."""
-    full = dict(os.environ, PYTHONPATH=str(STAND_IN), OMP_NUM_THREADS="1", **(env or {}))
+    full = dict(os.environ, PYTHONPATH=str(STAND_IN), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", **(env or {}))
     full.pop("SGLANG_USE_CPU_ENGINE", None)
     if cpu_engine:
         full["SGLANG_USE_CPU_ENGINE"] = "1"

@@ -13,6 +13,8 @@ import sys
 
 import sglang as sgl
 
+# --- programs (notebook 00 prints this part) ---
+
 
 @sgl.function
 def multi_turn_agent(s, system_prompt, user_query):
@@ -41,6 +43,9 @@ def pick_one(s, question, choices):
     """`select`: the model scores each choice and the most likely one is taken."""
     s += sgl.user(question)
     s += sgl.assistant(sgl.select("choice", choices=choices))
+
+
+# --- end of programs ---
 
 
 def main(url: str) -> dict:
