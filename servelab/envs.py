@@ -48,8 +48,9 @@ class EngineEnv:
         return DATA / self.spec["requirements"]
 
     def spec_hash(self) -> str:
-        """Changes whenever the pins or the spec change, so a stale venv is rebuilt."""
-        text = self.requirements.read_text() + json.dumps(self.spec, sort_keys=True)
+        """Changes whenever a pin or the spec changes (not a comment), so a stale venv is rebuilt."""
+        pins = [line.split("#", 1)[0].strip() for line in self.requirements.read_text().splitlines()]
+        text = "\n".join(p for p in pins if p) + json.dumps(self.spec, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def is_ready(self) -> bool:

@@ -39,9 +39,11 @@ def test_env_build_is_idempotent_and_rebuilds_half_built(tiny_env, capsys):
     assert "building" in capsys.readouterr().out
 
 
-def test_env_is_stale_when_its_pins_change(tiny_env):
+def test_env_is_stale_when_its_pins_change_but_not_its_comments(tiny_env):
     envs.build("tiny")
-    tiny_env.requirements.write_text("# a new pin\n")
+    tiny_env.requirements.write_text("# nothing to install, said differently\n")
+    assert tiny_env.is_ready()
+    tiny_env.requirements.write_text("# a new pin\nsix==1.17.0\n")
     assert not tiny_env.is_ready()
 
 
