@@ -19,12 +19,11 @@ stdout: one JSON document {"engine": "sglang", "version": ..., "results": [{"ok"
 from __future__ import annotations
 
 import ast
-import json
 import linecache
 import os
 import sys
 
-from engine_report import Capture, describe, one_line  # noqa: E402 (beside this script)
+from engine_report import Capture, answer_checks, describe, one_line  # noqa: E402 (beside this script)
 
 LOGGER_PREFIX = "sglang"
 
@@ -116,16 +115,5 @@ class Engine:
                 "stage": self.stage, "args": args}
 
 
-def main() -> None:
-    with os.fdopen(os.dup(1), "w") as out:
-        os.dup2(2, 1)  # the engine's own prints and logs go to stderr; stdout carries only the JSON
-        request = json.load(sys.stdin)
-        import sglang
-
-        engine = Engine()
-        results = [engine.run(c) for c in request["commands"]]
-        out.write(json.dumps({"engine": "sglang", "version": sglang.__version__, "results": results}))
-
-
 if __name__ == "__main__":
-    main()
+    answer_checks("sglang", Engine)

@@ -16,12 +16,11 @@ stdout: one JSON document {"engine": "vllm", "version": ..., "results": [{"ok", 
 
 from __future__ import annotations
 
-import json
 import os
 import runpy
 import sys
 
-from engine_report import Capture, describe  # noqa: E402 (beside this script)
+from engine_report import Capture, answer_checks, describe  # noqa: E402 (beside this script)
 
 LOGGER_PREFIX = "vllm"
 
@@ -128,16 +127,5 @@ def check_engine_args(args) -> str:
     return ""
 
 
-def main() -> None:
-    with os.fdopen(os.dup(1), "w") as out:
-        os.dup2(2, 1)  # the engine's own prints and logs go to stderr; stdout carries only the JSON
-        request = json.load(sys.stdin)
-        import vllm
-
-        engine = Engine()
-        results = [engine.run(c) for c in request["commands"]]
-        out.write(json.dumps({"engine": "vllm", "version": vllm.__version__, "results": results}))
-
-
 if __name__ == "__main__":
-    main()
+    answer_checks("vllm", Engine)

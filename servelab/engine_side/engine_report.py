@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import importlib
 import io
+import json
 import linecache
 import logging
+import os
+import sys
 import traceback
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 
 def one_line(text: str) -> str:
@@ -94,3 +100,17 @@ class Capture:
 
     def warnings(self) -> list[str]:
         return list(dict.fromkeys(self.messages))
+
+
+def answer_checks(engine_name: str, make_checker: Callable[[], Any]) -> None:
+    """Check every command of the JSON request on stdin; write one JSON answer to stdout.
+
+    The engine's own prints and logs go to stderr, so stdout carries only the answer.
+    """
+    with os.fdopen(os.dup(1), "w") as out:
+        os.dup2(2, 1)
+        request = json.load(sys.stdin)
+        version = importlib.import_module(engine_name).__version__
+        checker = make_checker()
+        results = [checker.run(command) for command in request["commands"]]
+        out.write(json.dumps({"engine": engine_name, "version": version, "results": results}))
