@@ -28,18 +28,25 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), or None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def still_running(pids: list[int]) -> list[int]:
+    """Those of `pids` that are still running (not gone, not zombies)."""
+    return [pid for pid in pids if (fields := _stat(pid)) and fields[0] != "Z"]
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is `pgid` (Linux /proc)."""
     members = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        if entry.isdigit() and (fields := _stat(entry)) and fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry))
     return members
 

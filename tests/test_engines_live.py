@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from servelab import server
+from servelab._guard import still_running
 from servelab.correctness import agreement, greedy_answers, reference_answers
 from servelab.workloads import QUESTIONS
 from tests.conftest import require_engine
-from tests.test_server import _alive
 
 pytestmark = pytest.mark.engine
 
@@ -22,7 +22,7 @@ def live(cpu) -> dict[str, dict]:
         with server.running(engine, cpu) as srv:
             pids = srv.pids()
             out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version()}
-        out[engine]["alive_after"] = _alive(pids)
+        out[engine]["alive_after"] = still_running(pids)
     return out
 
 

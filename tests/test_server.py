@@ -14,21 +14,10 @@ import time
 import pytest
 
 from servelab import engines, envs, models, server
+from servelab._guard import still_running
 from tests.conftest import require_engine
 
 pytestmark = pytest.mark.engine
-
-
-def _alive(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    alive.append(pid)
-        except OSError:
-            pass
-    return alive
 
 
 def test_unknown_engine_is_one_line():
@@ -95,9 +84,9 @@ def test_no_engine_process_survives_a_sigkilled_client(engine):
         os.kill(client.pid, signal.SIGKILL)
         client.wait()
         deadline = time.monotonic() + 30
-        while _alive(started["pids"]) and time.monotonic() < deadline:
+        while still_running(started["pids"]) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert _alive(started["pids"]) == []
+        assert still_running(started["pids"]) == []
         assert server.group_members(started["pgid"]) == []
     finally:
         if client.poll() is None:
