@@ -30,11 +30,10 @@ profile = "auto"
 # %%
 import pandas as pd
 
-from servelab import banner, models, profiles, results
+from servelab.book import banner, results
 
 pd.set_option("display.max_colwidth", 60)
-prof = profiles.load(profile)
-banner.show(prof)
+prof = banner.start(profile)
 
 # %% [markdown]
 # ## How the engines run
@@ -56,10 +55,10 @@ banner.show(prof)
 # if the engine fails to start, the error shows the end of that log.
 
 # %%
-from servelab.client import run_load
-from servelab.correctness import agreement, greedy_answers, reference_answers
-from servelab.server import running
-from servelab.workloads import QUESTIONS
+from servelab.engines.client import run_load
+from servelab.engines.server import running
+from servelab.measure.setup_check import agreement, greedy_answers, reference_answers
+from servelab.measure.workloads import QUESTIONS
 
 questions = list(QUESTIONS)
 answers, facts, speed = {}, [], []
@@ -93,23 +92,21 @@ print("Paris" in answers["vLLM"][0])
 # attention and sampling, in float32, one thread per operation. SGLang's CPU engine imports a few
 # operations from its CUDA kernel package, `sgl_kernel`, which has no CPU build on PyPI; the
 # book supplies a small, clearly labelled stand-in for exactly those
-# (`servelab/sgl_kernel_stand_in`). Plain serving never calls them: they belong to speculative
+# (`servelab/engines/sgl_kernel_stand_in`). Plain serving never calls them: they belong to speculative
 # decoding, which therefore does not run on this profile.
 #
 # While the server runs, we also run the source articles' SGLang program, written in SGLang's
 # frontend language, against it (see below).
 
 # %%
-from servelab import envs
-from servelab.engine_side import run_script
-from servelab.metrics import scrape
+from servelab.engines.metrics import scrape
+from servelab.measure.setup_check import run_frontend_programs
 
-sglang_python = envs.get(prof.sglang_env).require().python
 with running("sglang", prof) as sglang:
     answers["SGLang"] = greedy_answers(sglang, questions)
     speed.append(one_long_answer(sglang).assign(engine="SGLang"))
     cached_before = scrape(sglang.url).value("sglang:cached_tokens")
-    frontend = run_script(sglang_python, "sgl_agent.py", sglang.url)
+    frontend = run_frontend_programs(prof, sglang.url)
     frontend_cached = scrape(sglang.url).value("sglang:cached_tokens") - cached_before
     facts.append({"engine": "SGLang", "version": sglang.version(), "start (s)": sglang.started_s,
                   "memory (GiB)": sglang.peak_rss_gib()})
@@ -181,11 +178,9 @@ by_dtype
 # in SGLang's own environment, since the notebook kernel does not import engines.
 
 # %%
-from servelab.engine_side import HERE as engine_side_scripts
+from servelab.measure.setup_check import frontend_programs_source
 
-agent_source = (engine_side_scripts / "sgl_agent.py").read_text()
-programs = agent_source.split("# --- programs (notebook 00 prints this part) ---")[1]
-print(programs.split("# --- end of programs ---")[0].strip())
+print(frontend_programs_source())
 
 # %%
 pd.Series(frontend)
@@ -210,7 +205,9 @@ print(int(frontend_cached))
 # hub):
 
 # %%
-runtime_result = run_script(sglang_python, "sgl_runtime_speculative.py", str(models.resolve(prof.model).source))
+from servelab.measure.setup_check import articles_speculative_runtime
+
+runtime_result = articles_speculative_runtime(prof)
 pd.Series(runtime_result)
 
 # %%
@@ -240,19 +237,9 @@ print(runtime_result["started"] is False, runtime_result["error"] == "AssertionE
 # the CPU builds; the "checked with" column names the version that judged each command.
 
 # %%
-import shlex
+from servelab.measure.setup_check import launch_commands_table
 
-from servelab import flagcheck
-
-rows = [{"command": f"servelab, profile {name}, {kind}", "engine": engine, "argv": argv}
-        for (name, engine, kind), argv in flagcheck.profile_commands().items()]
-for entry in flagcheck.article_commands():
-    rows += [{"command": f"article: {entry['id']}", "engine": entry["engine"], "argv": entry["command"]},
-             {"command": f"corrected: {entry['id']}", "engine": entry["engine"], "argv": entry["corrected"]}]
-verdicts = flagcheck.check_commands([(row["engine"], row["argv"]) for row in rows])
-launch = pd.DataFrame([{"command": row["command"], "checked with": v.checked_with, "accepted": v.ok,
-                        "the engine says": v.error or " | ".join(v.warnings), "checked": shlex.join(v.argv)}
-                       for row, v in zip(rows, verdicts, strict=True)])
+launch = launch_commands_table()
 results.save("launch_commands_checked", launch, prof)
 launch[["command", "checked with", "accepted", "the engine says"]]
 

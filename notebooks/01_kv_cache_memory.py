@@ -24,7 +24,7 @@
 
 # %% tags=["parameters"]
 profile = "auto"
-kv_cache_gib = None           # KV budget to check (GiB); None: the profile's, else two full-length sequences
+kv_cache_tokens = None        # KV budget to check (tokens); None: the profile's, else two full-length sequences
 gpu_memory_gib = [24, 80]     # GPU sizes to plan for
 utilization = 0.9             # fraction of GPU memory an engine claims (vLLM's default is 0.9)
 contexts = [1024, 2048, 4096, 8192, 16384, 32768]
@@ -33,11 +33,10 @@ contexts = [1024, 2048, 4096, 8192, 16384, 32768]
 import pandas as pd
 from matplotlib import pyplot as plt
 
-from servelab import banner, kvcache, plots, profiles, results
+from servelab.book import banner, plots, results
+from servelab.sim import kv_memory
 
-prof = profiles.load(profile)
-banner.show(prof)
-plots.style()
+prof = banner.start(profile)
 
 # %% [markdown]
 # ## Bytes per token
@@ -53,16 +52,16 @@ plots.style()
 # %%
 big = ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct",
        "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-72B-Instruct"]
-shapes = kvcache.known_shapes()
+shapes = kv_memory.known_shapes()
 per_token = pd.DataFrame([{
     "model": name,
     "layers": shapes[name].num_hidden_layers,
     "attention heads": shapes[name].num_attention_heads,
     "KV heads": shapes[name].num_key_value_heads,
     "head dim": shapes[name].head_dim,
-    "KV KiB/token (bf16)": kvcache.kv_bytes_per_token(shapes[name], "bf16") / 1024,
-    "KV GiB per 8k-token sequence": kvcache.kv_bytes_per_token(shapes[name], "bf16") * 8192 / kvcache.GIB,
-    "weights GiB (bf16)": kvcache.weights_bytes(shapes[name], "bf16") / kvcache.GIB,
+    "KV KiB/token (bf16)": kv_memory.kv_bytes_per_token(shapes[name], "bf16") / 1024,
+    "KV GiB per 8k-token sequence": kv_memory.kv_bytes_per_token(shapes[name], "bf16") * 8192 / kv_memory.GIB,
+    "weights GiB (bf16)": kv_memory.weights_bytes(shapes[name], "bf16") / kv_memory.GIB,
 } for name in big])
 results.save("kv_bytes_per_token", per_token, prof)
 per_token.round(2)
@@ -70,7 +69,7 @@ per_token.round(2)
 # %%
 ax = plots.axes("KV cache of one sequence", "context length (tokens)", "GiB")
 for name in big:
-    ax.plot(contexts, [kvcache.kv_bytes_per_token(shapes[name], "bf16") * n / kvcache.GIB for n in contexts],
+    ax.plot(contexts, [kv_memory.kv_bytes_per_token(shapes[name], "bf16") * n / kv_memory.GIB for n in contexts],
             marker="o", label=name.split("/")[1])
 ax.set_xscale("log", base=2)
 ax.legend()
@@ -91,7 +90,7 @@ plt.show()
 
 # %%
 plans = pd.DataFrame([
-    vars(kvcache.plan(shapes[name], mem, "bf16", n, utilization=utilization))
+    vars(kv_memory.plan(shapes[name], mem, "bf16", n, utilization=utilization))
     for name in big for mem in gpu_memory_gib for n in contexts
 ])
 results.save("kv_plans", plans, prof, utilization=utilization)
@@ -125,43 +124,40 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 # %% [markdown]
 # ## Checking the arithmetic against the engine
 #
-# Arithmetic is only useful if the engine agrees. We start vLLM with a fixed KV budget
-# (`kv_cache_gib`), then read back how many blocks it allocated and how many tokens a block
-# holds. vLLM publishes both on its `/metrics` endpoint in the `vllm:cache_config_info` series.
-# The planner's prediction for the same budget and block size should match.
+# Arithmetic is only useful if the engine agrees. We start vLLM with a fixed KV budget of
+# `kv_cache_tokens` tokens, which servelab hands to vLLM as bytes (`--kv-cache-memory-bytes`,
+# tokens × the bytes per token above), then read back how many blocks vLLM allocated and how many
+# tokens a block holds. vLLM publishes both on its `/metrics` endpoint in the
+# `vllm:cache_config_info` series, computed from its own reading of the model's configuration.
+# The planner predicts whole blocks: the budget divided by the block size, rounded down.
 
 # %%
-from servelab import models
-from servelab.metrics import scrape
-from servelab.server import running
+from servelab.engines.server import running
+from servelab.measure.kv_capacity import engine_capacity, served_shape
 
-served = kvcache.served_model_shape(models.resolve(prof.model).source)
-kv_cache_gib = kv_cache_gib or prof.kv_cache_gib or (
-    2 * prof.max_model_len * kvcache.kv_bytes_per_token(served, prof.dtype) / kvcache.GIB)
-with running("vllm", prof, kv_cache_gib=kv_cache_gib) as vllm:
-    info = scrape(vllm.url).labels("vllm:cache_config_info")
+served = served_shape(prof)
+kv_cache_tokens = kv_cache_tokens or prof.kv_cache_tokens or 2 * prof.max_model_len
+with running("vllm", prof, kv_cache_tokens=kv_cache_tokens) as vllm:
+    built = engine_capacity(vllm)
 
-block_size = int(info["block_size"])
-engine_tokens = int(info["num_gpu_blocks"]) * block_size
-planned_tokens = kvcache.kv_capacity_tokens(kv_cache_gib * kvcache.GIB, served, prof.dtype, block_size)
+planned_tokens = kv_memory.tokens_held(kv_cache_tokens, built["block_size"])
 check = {
-    "kv_cache_gib": kv_cache_gib, "dtype": prof.dtype, "block_size": block_size,
-    "engine_blocks": int(info["num_gpu_blocks"]), "engine_tokens": engine_tokens,
-    "planned_tokens": planned_tokens, "kv_bytes_per_token": kvcache.kv_bytes_per_token(served, prof.dtype),
-    "relative_difference": (engine_tokens - planned_tokens) / planned_tokens,
-    "engine_max_concurrency": float(info.get("kv_cache_max_concurrency", "nan")),
+    "kv_cache_tokens": kv_cache_tokens, "dtype": prof.dtype, "block_size": built["block_size"],
+    "kv_bytes_per_token": kv_memory.kv_bytes_per_token(served, prof.dtype),
+    "engine_blocks": built["blocks"], "engine_tokens": built["tokens"], "planned_tokens": planned_tokens,
     "planned_max_concurrency": planned_tokens / prof.max_model_len,
 }
 results.save("kv_capacity_check", check, prof)
 pd.Series(check)
 
 # %% [markdown]
-# Within 5 % counts as agreement; differences come from the engine rounding its budget to
-# whole blocks and whole pages per layer.
+# The computation on both sides is exact integer arithmetic: if vLLM's bytes per token differed
+# from the formula by even one number per layer, its block count would differ by at least one
+# block. So the check demands equality.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(abs(check["relative_difference"]) < 0.05)
+print(check["engine_tokens"] == check["planned_tokens"])
 
 # %% [markdown]
 # ## What it means
@@ -177,7 +173,7 @@ print(abs(check["relative_difference"]) < 0.05)
 #
 # 1. Re-run the planner with an fp8 KV cache (`kv_dtype="fp8"`; the weights stay bf16). How
 #    many more 8k-token sequences of Qwen2.5-7B fit on a 24 GiB GPU?
-# 2. Run this notebook with `papermill ... -p kv_cache_gib 0.25`. Does the engine still agree
+# 2. Run this notebook with `papermill ... -p kv_cache_tokens 5888`. Does the engine still agree
 #    with the planner? How many full-length sequences does vLLM now say it can hold? (The answer
 #    is that run's output; the last table above holds both numbers.)
 # 3. Llama-3.1-70B has 64 attention heads but 8 KV heads. How much larger would its KV cache be
@@ -188,12 +184,12 @@ print(abs(check["relative_difference"]) < 0.05)
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1
 qwen7 = shapes["Qwen/Qwen2.5-7B-Instruct"]
-bf16 = kvcache.plan(qwen7, 24, "bf16", 8192, utilization=utilization)
-fp8 = kvcache.plan(qwen7, 24, "bf16", 8192, utilization=utilization, kv_dtype="fp8")
+bf16 = kv_memory.plan(qwen7, 24, "bf16", 8192, utilization=utilization)
+fp8 = kv_memory.plan(qwen7, 24, "bf16", 8192, utilization=utilization, kv_dtype="fp8")
 print(f"bf16 KV: {bf16.max_sequences} sequences, fp8 KV: {fp8.max_sequences} sequences")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
 llama70 = shapes["meta-llama/Llama-3.1-70B-Instruct"]
 ratio = llama70.num_attention_heads / llama70.num_key_value_heads
-print(f"{ratio:.0f}x larger: {kvcache.kv_bytes_per_token(llama70, 'bf16') * ratio / 2**20:.2f} MiB per token")
+print(f"{ratio:.0f}x larger: {kv_memory.kv_bytes_per_token(llama70, 'bf16') * ratio / 2**20:.2f} MiB per token")

@@ -43,18 +43,17 @@ small_block_size = 32         # a second server with smaller blocks (CPU needs m
 import pandas as pd
 from matplotlib import pyplot as plt
 
-from servelab import banner, kv_sim, kvcache, models, plots, profiles, results
-from servelab.block_allocator import BlockAllocator, parallel_sampling_blocks
-from servelab.paper_figures import PAPER_FIGURES
+from servelab.book import banner, plots, results
+from servelab.book.quoted_figures import PAPER_FIGURES
+from servelab.sim import kv_memory, paging
+from servelab.sim.paging import BlockAllocator, parallel_sampling_blocks
 
-prof = profiles.load(profile)
-banner.show(prof)
-plots.style()
+prof = banner.start(profile)
 
 # %% [markdown]
 # ## A block allocator from scratch
 #
-# The allocator below is the whole idea in a few dozen lines (`servelab/block_allocator.py`).
+# The allocator below is the whole idea in a few dozen lines (`servelab/sim/paging/block_pool.py`).
 # Physical blocks live in a pool with a free list. Each sequence has a block table. A block can
 # be shared by several sequences, so each block carries a reference count, and a sequence that
 # wants to write into a shared, partly filled block first gets its own copy (copy-on-write).
@@ -75,7 +74,7 @@ alloc.stats()
 # %% [markdown]
 # ## Simulating three ways to reserve KV memory
 #
-# The simulator (`servelab/kv_sim.py`) serves one seeded workload three ways with the same
+# The simulator (`servelab/sim/paging/`) serves one seeded workload three ways with the same
 # scheduler (first come, first served, one token per running request per step):
 #
 # - **max_len**: one contiguous slab of the model's maximum length per request, as servers did
@@ -93,10 +92,10 @@ alloc.stats()
 # waiting for memory, which is the situation the paper measured.
 
 # %%
-workload = kv_sim.sample_requests(sim_requests, seed=seed)
-comparison = kv_sim.compare_policies(workload)
+workload = paging.sample_requests(sim_requests, seed=seed)
+comparison = paging.compare_policies(workload)
 results.save("paging_simulation", comparison.summary, prof, seed=seed, requests=sim_requests)
-print(f"simulated {len(kv_sim.DEFAULT_POLICIES)} policies in {comparison.seconds:.1f} s")
+print(f"simulated {len(paging.DEFAULT_POLICIES)} policies in {comparison.seconds:.1f} s")
 comparison.summary[["policy", "mean_batch", "max_batch", "preemptions", "used_pct_saturated", "wasted_pct"]].round(1)
 
 # %%
@@ -104,7 +103,7 @@ component_names = {"used": "holds tokens", "reserved_for_future": "reserved, fil
                    "never_used": "reserved, never filled", "external_frag": "holes (external fragmentation)",
                    "stranded": "free but too small", "idle": "idle"}
 breakdown = comparison.breakdown.pivot(index="policy", columns="component", values="pct")
-breakdown = breakdown.loc[list(kv_sim.DEFAULT_POLICIES), list(kv_sim.COMPONENTS)]
+breakdown = breakdown.loc[list(paging.DEFAULT_POLICIES), list(paging.COMPONENTS)]
 ax = breakdown.plot.barh(stacked=True, figsize=(10, 4))
 plots.axes("Where the KV capacity goes (simulated)", "share of KV capacity, time-averaged (%)", "", ax=ax)
 ax.legend([plots.label(component_names[c]) for c in breakdown.columns], loc="upper left",
@@ -162,21 +161,19 @@ plt.show()
 # of the previous chapter predicts for the same budget.
 
 # %%
-from servelab.client import run_load
-from servelab.metrics import Sampler, scrape
-from servelab.server import Server, running
-from servelab.sharing import measure_parallel_sampling
-from servelab.workloads import long_prompt
+from servelab.engines.client import run_load
+from servelab.engines.metrics import Sampler
+from servelab.engines.server import Server, running
+from servelab.measure.kv_capacity import engine_capacity
+from servelab.measure.parallel_sampling import measure_parallel_sampling
+from servelab.measure.workloads import long_prompt
 
-shape = kvcache.served_model_shape(models.resolve(prof.model).source)
 kv_tokens = kv_tokens or 2 * prof.max_model_len  # vLLM refuses budgets below one full-length sequence
 pressure_output_tokens = pressure_output_tokens or 2 * kv_tokens // pressure_requests - pressure_prompt_words
-# A kilobyte of slack: the engine rounds its budget down to whole blocks.
-kv_gib = (kv_tokens * kvcache.kv_bytes_per_token(shape, prof.dtype) + 1024) / kvcache.GIB
-vllm = Server("vllm", prof, kv_cache_gib=kv_gib).start()
-info = scrape(vllm.url).labels("vllm:cache_config_info")
-block_size, num_blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
-planned = kvcache.kv_capacity_tokens(kv_gib * kvcache.GIB, shape, prof.dtype, block_size)
+vllm = Server("vllm", prof, kv_cache_tokens=kv_tokens).start()
+built = engine_capacity(vllm)
+block_size, num_blocks = built["block_size"], built["blocks"]
+planned = kv_memory.tokens_held(kv_tokens, block_size)
 print(f"vLLM {vllm.version()}: {num_blocks} blocks of {block_size} tokens = {num_blocks * block_size} tokens; "
       f"the planner of chapter 01 predicts {planned} tokens")
 
@@ -305,11 +302,11 @@ pd.DataFrame([{"paper says": PAPER_FIGURES[k].value, "measures": PAPER_FIGURES[k
 # more of the prompt. We start a second server with `small_block_size` and repeat.
 
 # %%
-with running("vllm", prof, kv_cache_gib=kv_gib, block_size=small_block_size) as small:
-    info_small = scrape(small.url).labels("vllm:cache_config_info")
+with running("vllm", prof, kv_cache_tokens=kv_tokens, block_size=small_block_size) as small:
+    built_small = engine_capacity(small)
     sharing_small = measure_parallel_sampling(
-        small, samples, num_blocks=int(info_small["num_gpu_blocks"]),
-        block_size=int(info_small["block_size"]), prompt_words=sample_prompt_words,
+        small, samples, num_blocks=built_small["blocks"],
+        block_size=built_small["block_size"], prompt_words=sample_prompt_words,
         output_tokens=sample_output_tokens, seed=seed)
 by_block = pd.concat([sharing, sharing_small])
 results.save("parallel_sampling_block_size", by_block, prof)

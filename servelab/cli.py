@@ -6,7 +6,7 @@ import argparse
 import subprocess
 import sys
 
-from servelab import profiles
+from servelab.machine import profiles
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,22 +30,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "setup":
             return _setup(args)
         if args.command == "notebooks":
-            from servelab.runner import run_notebooks
+            from servelab.book.chapters import run_notebooks
 
             run_notebooks(args.profile, args.names)
         elif args.command == "book":
-            from servelab.runner import build_book
+            from servelab.book.chapters import build_book
 
             build_book()
         elif args.command == "lab":
-            from servelab.runner import build_book, run_notebooks
-            from servelab.setup import setup
+            from servelab.book.chapters import build_book, run_notebooks
+            from servelab.machine.provision import setup
 
             setup(args.profile)
             run_notebooks(args.profile)
             build_book()
     except (RuntimeError, ValueError, subprocess.CalledProcessError) as err:
         print(f"servelab: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a tool or file missing: say which, not a traceback
+        what = f" ({err.filename})" if err.filename else ""
+        print(f"servelab: error: {err.strerror or type(err).__name__}{what}", file=sys.stderr)
         return 2
     return 0
 
@@ -56,13 +60,16 @@ def _one_line(err: BaseException) -> str:
 
 
 def _setup(args: argparse.Namespace) -> int:
-    from servelab import envs, models
-    from servelab.setup import setup
+    from servelab.machine import engine_envs, models
+    from servelab.machine.provision import setup
 
-    if args.env:
-        envs.build(args.env)
     if args.model:
-        models.prepare_local(args.model, envs.build(profiles.load(args.profile).vllm_env).python)
+        models.check_local_name(args.model)  # before anything is built
+    if args.env:
+        engine_envs.get(args.env)
+        engine_envs.build(args.env)
+    if args.model:
+        models.prepare_local(args.model, engine_envs.build(profiles.load(args.profile).vllm_env).python)
     if not (args.env or args.model):
         setup(args.profile)
     return 0

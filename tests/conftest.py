@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab import envs, models, profiles
+from servelab.machine import engine_envs, models, profiles
 
 
 @pytest.fixture(scope="session")
@@ -15,5 +15,5 @@ def cpu() -> profiles.Profile:
 def require_engine(engine: str) -> None:
     """Engine tests fail (not skip) when set-up is missing: CI must never pass by testing nothing."""
     prof = profiles.load("cpu")
-    envs.get(prof.engine_env(engine)).require()
+    engine_envs.get(prof.engine_env(engine)).require()
     models.resolve(prof.model)

@@ -7,8 +7,8 @@ import re
 import pytest
 import yaml
 
-from servelab import runner
-from servelab.paths import REPO
+from servelab.book import chapters
+from servelab.machine.paths import REPO
 
 
 def _toc_files() -> list[str]:
@@ -21,7 +21,7 @@ def _toc_files() -> list[str]:
 
 @pytest.fixture(scope="module")
 def html(tmp_path_factory):
-    return runner.build_book(tmp_path_factory.mktemp("book"))
+    return chapters.build_book(tmp_path_factory.mktemp("book"))
 
 
 def test_every_toc_entry_is_built(html):
@@ -30,11 +30,11 @@ def test_every_toc_entry_is_built(html):
 
 
 def test_every_chapter_is_in_the_toc():
-    assert {f"notebooks/{p.stem}" for p in runner.sources()} <= set(_toc_files())
+    assert {f"notebooks/{p.stem}" for p in chapters.sources()} <= set(_toc_files())
 
 
 def test_chapters_show_their_figures_and_hide_engine_logs(html):
-    for source in runner.sources():
+    for source in chapters.sources():
         page = (html / "notebooks" / f"{source.stem}.html").read_text()
         assert "profile  : " in page, "the banner is shown"
         assert "starting vllm" not in page and "it/s]" not in page, "stderr (progress, logs) is hidden"

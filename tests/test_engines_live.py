@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from servelab import server
-from servelab._guard import still_running
-from servelab.correctness import agreement, greedy_answers, reference_answers
-from servelab.workloads import QUESTIONS
+from servelab.engines import server
+from servelab.engines.guard import still_running
+from servelab.measure.setup_check import agreement, greedy_answers, reference_answers
+from servelab.measure.workloads import QUESTIONS
 from tests.conftest import require_engine
 
 pytestmark = pytest.mark.engine

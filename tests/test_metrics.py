@@ -1,6 +1,6 @@
 import pytest
 
-from servelab.metrics import Metrics, delta
+from servelab.engines.metrics import Metrics, delta
 
 EXPOSITION = """\
 # HELP vllm:prefix_cache_queries Prefix cache queries, in tokens.

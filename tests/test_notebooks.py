@@ -6,9 +6,9 @@ import jupytext
 import nbformat
 import pytest
 
-from servelab import runner
+from servelab.book import chapters
 
-SOURCES = runner.sources()
+SOURCES = chapters.sources()
 
 
 def _code(nb) -> list:

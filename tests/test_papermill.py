@@ -7,7 +7,7 @@ import json
 import nbformat
 import pytest
 
-from servelab import runner
+from servelab.book import chapters
 from tests.conftest import require_engine
 
 pytestmark = pytest.mark.engine
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.engine
 def test_kv_chapter_with_a_smaller_budget(tmp_path, monkeypatch):
     require_engine("vllm")
     monkeypatch.setenv("SERVELAB_RESULTS", str(tmp_path / "results"))
-    source = runner.NOTEBOOKS / "01_kv_cache_memory.py"
-    out = runner.execute(source, output=tmp_path / "01.ipynb", parameters={"profile": "cpu", "kv_cache_gib": 0.25})
+    source = chapters.NOTEBOOKS / "01_kv_cache_memory.py"
+    out = chapters.execute(source, output=tmp_path / "01.ipynb", parameters={"profile": "cpu", "kv_cache_gib": 0.25})
 
     nb = nbformat.read(out, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
@@ -32,7 +32,7 @@ def test_kv_chapter_with_a_smaller_budget(tmp_path, monkeypatch):
 
 def test_unknown_notebook_is_one_line():
     with pytest.raises(ValueError, match="unknown notebook.*99_nope.*available: 00_setup_check"):
-        runner.sources(["99_nope"])
+        chapters.sources(["99_nope"])
 
 
 def test_failed_run_leaves_the_committed_notebook_untouched(tmp_path):
@@ -41,7 +41,7 @@ def test_failed_run_leaves_the_committed_notebook_untouched(tmp_path):
     target = tmp_path / "bad.ipynb"
     target.write_text("original")
     expected = "bad.py: cell 2 raised SystemExit: boom; bad.ipynb was left as it was"
-    with pytest.raises(runner.NotebookFailed, match=expected):
-        runner.execute(source, output=target)
+    with pytest.raises(chapters.NotebookFailed, match=expected):
+        chapters.execute(source, output=target)
     assert target.read_text() == "original"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ipynb", "bad.py"]

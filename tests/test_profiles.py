@@ -1,6 +1,6 @@
 import pytest
 
-from servelab import profiles
+from servelab.machine import profiles
 
 
 def test_every_profile_loads_with_engines_and_model():

@@ -1,6 +1,6 @@
 import re
 
-from servelab.paths import REPO
+from servelab.machine.paths import REPO
 
 
 def _pins(text: str) -> list[str]:

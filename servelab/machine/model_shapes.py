@@ -1,0 +1,76 @@
+"""Model shapes that decide KV-cache size: from a model folder's config.json or data/model_shapes.toml.
+
+Every generated or prompt token leaves one key and one value vector per layer and per KV head
+in the cache. With grouped-query attention (GQA) several query heads share one KV head, which
+is why num_key_value_heads, not num_attention_heads, sets the size.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.machine import datafiles
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
+               "half": 2, "fp8": 1, "float8": 1, "int8": 1}
+GIB = 2**30
+
+
+def dtype_bytes(dtype: str) -> int:
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    hidden_size: int
+    head_dim: int
+    params_b: float = 0.0
+    max_position_embeddings: int = 0
+
+    @classmethod
+    def from_config(cls, name: str, config: dict) -> ModelShape:
+        heads = config["num_attention_heads"]
+        return cls(
+            name=name,
+            num_hidden_layers=config["num_hidden_layers"],
+            num_attention_heads=heads,
+            num_key_value_heads=config.get("num_key_value_heads", heads),
+            hidden_size=config["hidden_size"],
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            params_b=config.get("params_b", 0.0),
+            max_position_embeddings=config.get("max_position_embeddings", 0),
+        )
+
+    @classmethod
+    def from_config_file(cls, path: str | Path) -> ModelShape:
+        path = Path(path)
+        return cls.from_config(path.parent.name, json.loads(path.read_text()))
+
+
+def known_shapes() -> dict[str, ModelShape]:
+    """The models the chapters plan for (data/model_shapes.toml)."""
+    return {name: ModelShape.from_config(name, cfg) for name, cfg in datafiles.load("model_shapes.toml").items()}
+
+
+def served_model_shape(source: str) -> ModelShape:
+    """Shape of the model an engine serves: a local folder's config.json, or a known hub id."""
+    config = Path(source) / "config.json"
+    if config.is_file():
+        return ModelShape.from_config_file(config)
+    shapes = known_shapes()
+    if source not in shapes:
+        raise ValueError(f"no shape known for {source!r}; add it to servelab/data/model_shapes.toml")
+    return shapes[source]
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype: str) -> int:
+    """2 (K and V) x layers x KV heads x head dim x bytes per element."""
+    return 2 * shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * dtype_bytes(dtype)

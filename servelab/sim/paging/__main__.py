@@ -1,0 +1,3 @@
+from servelab.sim.paging.compare import main
+
+main()
