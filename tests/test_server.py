@@ -1,4 +1,7 @@
-"""Engine lifecycle on the real engines: start, bad input, and teardown even after SIGKILL."""
+"""Engine lifecycle on the real engines: start, bad input, and teardown even after SIGKILL.
+
+The same lifecycle with a fake engine, fast and without engine venvs: tests/test_server_lifecycle.py.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +21,6 @@ from servelab.engines.guard import still_running
 from servelab.machine import engine_envs, models
 from tests.conftest import require_engine
 
-pytestmark = pytest.mark.engine
-
 
 def test_unknown_engine_is_one_line():
     with pytest.raises(ValueError, match="unknown engine 'tgi'; accepted: vllm, sglang"):
@@ -34,6 +35,7 @@ def test_missing_engine_env_is_one_line(monkeypatch, tmp_path):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.engine_venv
 def test_missing_model_is_one_line(monkeypatch, tmp_path):
     require_engine("vllm")
     with pytest.raises(models.ModelMissing, match="unknown local model 'nope'"):
@@ -43,6 +45,7 @@ def test_missing_model_is_one_line(monkeypatch, tmp_path):
         server.Server("vllm", "cpu")
 
 
+@pytest.mark.engine_venv
 def test_port_in_use_is_refused_before_starting():
     require_engine("vllm")
     with socket.socket() as busy:
@@ -53,6 +56,7 @@ def test_port_in_use_is_refused_before_starting():
             server.Server("vllm", "cpu", port=port)
 
 
+@pytest.mark.server
 def test_server_that_dies_at_start_reports_its_log_and_leaves_nothing(cpu):
     require_engine("vllm")
     srv = server.Server("vllm", cpu, max_model_len="not-a-number")
@@ -66,13 +70,14 @@ def test_server_that_dies_at_start_reports_its_log_and_leaves_nothing(cpu):
 
 CLIENT = textwrap.dedent("""
     import json, sys, time
-    from servelab.engines.server import launch
-    srv = launch(sys.argv[1], "cpu")
+    from servelab.engines.server import Server
+    srv = Server(sys.argv[1], "cpu").start()
     print(json.dumps({"pgid": srv.proc.pid, "pids": srv.pids()}), flush=True)
     time.sleep(600)
 """)
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_no_engine_process_survives_a_sigkilled_client(engine):
     require_engine(engine)
@@ -100,6 +105,7 @@ def test_missing_sglang_env_is_one_line(monkeypatch, tmp_path):
         server.Server("sglang", "cpu")
 
 
+@pytest.mark.engine_venv
 def test_missing_sglang_stand_in_is_one_line(monkeypatch, tmp_path):
     require_engine("sglang")
     monkeypatch.setattr(launch, "SGL_STAND_IN", tmp_path / "nowhere")
@@ -108,6 +114,7 @@ def test_missing_sglang_stand_in_is_one_line(monkeypatch, tmp_path):
     assert "stand-in for sgl_kernel is missing" in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.server
 def test_sglang_flag_the_version_does_not_know_reports_its_log(cpu):
     require_engine("sglang")
     srv = server.Server("sglang", cpu, no_such_flag=1)

@@ -1,21 +1,30 @@
 """Process-group guard: runs an engine server and kills its whole group when the client dies.
 
-Started by servelab.server in a new session, so it leads the process group that the engine
-and every worker the engine forks inherit. It watches the client's pid; when the client goes
-away, even by SIGKILL (a crashed or killed Jupyter kernel), it terminates the group. It imports
-only the standard library so it starts in milliseconds from any Python.
+Started by servelab.engines.server in a new session, so it leads the process group that the
+engine and every worker the engine forks inherit. It watches the client's pid; when the client
+goes away, even by SIGKILL (a crashed or killed Jupyter kernel), it terminates the group. It
+imports only the standard library so it starts in milliseconds from any Python.
 
-Usage: python _guard.py CLIENT_PID GRACE_SECONDS -- COMMAND [ARG ...]
+Usage: python guard.py CLIENT_PID GRACE_SECONDS STOP_FILE -- COMMAND [ARG ...]
+
+Ending the group means: SIGTERM to every process of the group, up to a grace period for them to
+exit, then SIGKILL for whatever is left. The grace is GRACE_SECONDS when the client dies or the
+engine exits on its own. A client that wants a different grace for one stop writes it (seconds,
+as text) to STOP_FILE and then sends the guard SIGTERM; the guard reads the file when the signal
+arrives. A SIGTERM with no readable, finite, non-negative number in STOP_FILE uses GRACE_SECONDS.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+
+USAGE = "usage: guard.py CLIENT_PID GRACE_SECONDS STOP_FILE -- COMMAND [ARG ...]"
 
 
 def _alive(pid: int) -> bool:
@@ -51,6 +60,16 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def requested_grace(stop_file: str, default: float) -> float:
+    """The grace the client wrote to `stop_file` for this stop, or `default`."""
+    try:
+        with open(stop_file) as f:
+            grace = float(f.read().strip())
+    except (OSError, ValueError):
+        return default
+    return grace if math.isfinite(grace) and grace >= 0 else default
+
+
 def _others() -> list[int]:
     return [pid for pid in group_members(os.getpgid(0)) if pid != os.getpid()]
 
@@ -76,9 +95,9 @@ def _reap() -> None:
 
 
 def main(argv: list[str]) -> int:
-    client, grace, sep, *command = argv
-    if sep != "--" or not command:
-        raise SystemExit("usage: _guard.py CLIENT_PID GRACE_SECONDS -- COMMAND [ARG ...]")
+    if len(argv) < 5 or argv[3] != "--":
+        raise SystemExit(USAGE)
+    client, grace, stop_file, _, *command = argv
     client_pid, grace_s, parent = int(client), float(grace), os.getppid()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
@@ -87,7 +106,7 @@ def main(argv: list[str]) -> int:
         time.sleep(0.2)
     code = child.poll()
     # The engine exited, was asked to stop, or its client died: nothing of the group may outlive this.
-    _kill_group(grace_s)
+    _kill_group(requested_grace(stop_file, grace_s) if stop else grace_s)
     return code if code is not None else 0
 
 
