@@ -1,4 +1,7 @@
-"""The book builds with warnings as errors from the committed notebooks, and shows what it should."""
+"""The book builds with warnings as errors from the committed notebooks, and shows what it should.
+
+Tests that use the `html` fixture build the book and are marked `book`; the table-of-contents check is fast.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ def html(tmp_path_factory):
     return chapters.build_book(tmp_path_factory.mktemp("book"))
 
 
+@pytest.mark.book
 def test_every_toc_entry_is_built(html):
     for name in _toc_files():
         assert (html / f"{name}.html").is_file(), name
@@ -33,6 +37,7 @@ def test_every_chapter_is_in_the_toc():
     assert {f"notebooks/{p.stem}" for p in chapters.sources()} <= set(_toc_files())
 
 
+@pytest.mark.book
 def test_chapters_show_their_figures_and_hide_engine_logs(html):
     for source in chapters.sources():
         page = (html / "notebooks" / f"{source.stem}.html").read_text()

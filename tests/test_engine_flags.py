@@ -1,7 +1,8 @@
 """Every launch command the book shows is checked by that engine's own argument parser.
 
 All engine checks of this module run in one batch (one subprocess per engine, in parallel), made
-by the module-scoped `verdicts` fixture. They fail, not skip, when an engine venv is missing.
+by the module-scoped `verdicts` fixture. They fail, not skip, when an engine venv is missing, and
+are marked `engine_venv`; the normalisation and missing-venv checks need no engine and are fast.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import pytest
 from servelab.engines import flags
 from servelab.machine import engine_envs, profiles
 from servelab.machine.paths import REPO
-from tests.conftest import require_engine
 
 ENGINES = ("vllm", "sglang")
 PORT = 8123
@@ -30,7 +30,7 @@ UNKNOWN = {
 
 
 @pytest.fixture(scope="module")
-def verdicts() -> dict[tuple, flags.FlagCheck]:
+def verdicts(require_engine) -> dict[tuple, flags.FlagCheck]:
     for engine in ENGINES:
         require_engine(engine)
     commands = {("profile", *key): argv for key, argv in flags.profile_commands(PORT).items()}
@@ -54,6 +54,7 @@ def _explain(result: flags.FlagCheck) -> str:
 
 
 # (a) what servelab.engines builds, for every profile and engine (GPU forms parsed in the CPU venvs)
+@pytest.mark.engine_venv
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("profile", profiles.names())
 def test_profile_commands_accepted(verdicts, profile, engine):
@@ -66,6 +67,7 @@ def test_profile_commands_accepted(verdicts, profile, engine):
 
 
 # (b) the articles' commands do what `expect` records; the corrected forms are accepted
+@pytest.mark.engine_venv
 @pytest.mark.parametrize("cid", list(ARTICLES))
 def test_article_command_behaves_as_recorded(verdicts, cid):
     entry, result = ARTICLES[cid], verdicts[("article", cid, "command")]
@@ -78,6 +80,7 @@ def test_article_command_behaves_as_recorded(verdicts, cid):
         assert any(entry["expect_warning"] in w for w in result.warnings), _explain(result)
 
 
+@pytest.mark.engine_venv
 @pytest.mark.parametrize("cid", list(ARTICLES))
 def test_article_corrected_form_accepted(verdicts, cid):
     result = verdicts[("article", cid, "corrected")]
@@ -85,12 +88,14 @@ def test_article_corrected_form_accepted(verdicts, cid):
     assert not any("deprecated" in w.lower() for w in result.warnings), _explain(result)
 
 
+@pytest.mark.engine_venv
 def test_sglang_assertion_names_the_violated_rule(verdicts):
     error = verdicts[("article", "sglang-runtime-standalone", "command")].error
     assert re.match(r"AssertionError at sglang/srt/\S+\.py:\d+: assert \(", error), error
 
 
 # (c) an unknown flag is rejected, by name, with the engine's own one-line argparse error
+@pytest.mark.engine_venv
 @pytest.mark.parametrize("engine", ENGINES)
 def test_unknown_flag_rejected(verdicts, engine):
     result = verdicts[("unknown", engine)]

@@ -33,7 +33,7 @@ def test_notebook_has_a_profile_parameter_and_banner(source):
     nb = jupytext.read(source)
     params = [c for c in _code(nb) if "parameters" in c.metadata.get("tags", [])]
     assert len(params) == 1 and 'profile = "auto"' in params[0].source
-    assert "banner.show(" in _code(nb)[1].source, "the cell after the parameters prints the banner"
+    assert "banner.start(profile)" in _code(nb)[1].source, "the cell after the parameters prints the banner"
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)

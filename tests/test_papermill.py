@@ -8,25 +8,28 @@ import nbformat
 import pytest
 
 from servelab.book import chapters
-from tests.conftest import require_engine
-
-pytestmark = pytest.mark.engine
+from tests.conftest import pinned_version
 
 
-def test_kv_chapter_with_a_smaller_budget(tmp_path, monkeypatch):
+@pytest.mark.server
+def test_kv_chapter_with_a_smaller_budget(tmp_path, monkeypatch, cpu, require_engine):
     require_engine("vllm")
     monkeypatch.setenv("SERVELAB_RESULTS", str(tmp_path / "results"))
     source = chapters.NOTEBOOKS / "01_kv_cache_memory.py"
-    out = chapters.execute(source, output=tmp_path / "01.ipynb", parameters={"profile": "cpu", "kv_cache_gib": 0.25})
+    budget = 5888  # tokens: 46 blocks of 128
+    out = chapters.execute(source, output=tmp_path / "01.ipynb",
+                           parameters={"profile": "cpu", "kv_cache_tokens": budget})
 
     nb = nbformat.read(out, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
-    assert injected and "kv_cache_gib = 0.25" in injected[0].source
+    assert injected and f"kv_cache_tokens = {budget}" in injected[0].source
     check = json.loads((tmp_path / "results" / "cpu" / "kv_capacity_check.json").read_text())
     meta = json.loads((tmp_path / "results" / "cpu" / "kv_capacity_check.meta.json").read_text())
-    assert check["kv_cache_gib"] == 0.25
-    assert abs(check["engine_tokens"] - check["planned_tokens"]) <= 0.05 * check["planned_tokens"]
-    assert meta["profile"] == "cpu" and meta["vllm"].startswith("0.32")
+    assert check["kv_cache_tokens"] == budget
+    assert check["engine_tokens"] == check["planned_tokens"], check
+    assert budget - check["block_size"] < check["planned_tokens"] <= budget, check  # whole blocks
+    assert meta["profile"] == "cpu"
+    assert meta["vllm"].split("+")[0] == pinned_version(cpu.vllm_env), meta["vllm"]
     assert not list(tmp_path.glob(".01_kv_cache_memory-*")), "temporary files left behind"
 
 

