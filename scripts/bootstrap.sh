@@ -8,7 +8,9 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null
   echo "servelab: error: need Python >= 3.10 as '$PYTHON' (set PYTHON=/path/to/python3)" >&2
   exit 2
 fi
-want=$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)
+# What the venv is built from: the pins and the package's own dependency list (not the rest of
+# pyproject.toml, so a lint or pytest setting does not rebuild the venv).
+want=$( (cat requirements.txt; grep -E '^(dependencies|requires-python|name) *=' pyproject.toml) | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.servelab-ready 2>/dev/null)" != "$want" ]; then
   echo "[bootstrap] building the kernel venv .venv from requirements.txt"
   rm -rf .venv

@@ -19,7 +19,6 @@ import pytest
 from servelab.engines import launch, server
 from servelab.engines.guard import still_running
 from servelab.machine import engine_envs, models
-from tests.conftest import require_engine
 
 
 def test_unknown_engine_is_one_line():
@@ -36,7 +35,7 @@ def test_missing_engine_env_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.engine_venv
-def test_missing_model_is_one_line(monkeypatch, tmp_path):
+def test_missing_model_is_one_line(require_engine, monkeypatch, tmp_path):
     require_engine("vllm")
     with pytest.raises(models.ModelMissing, match="unknown local model 'nope'"):
         server.Server("vllm", "cpu", model="local:nope")
@@ -46,7 +45,7 @@ def test_missing_model_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.engine_venv
-def test_port_in_use_is_refused_before_starting():
+def test_port_in_use_is_refused_before_starting(require_engine):
     require_engine("vllm")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -57,7 +56,7 @@ def test_port_in_use_is_refused_before_starting():
 
 
 @pytest.mark.server
-def test_server_that_dies_at_start_reports_its_log_and_leaves_nothing(cpu):
+def test_server_that_dies_at_start_reports_its_log_and_leaves_nothing(cpu, require_engine):
     require_engine("vllm")
     srv = server.Server("vllm", cpu, max_model_len="not-a-number")
     with pytest.raises(server.EngineStartError) as err:
@@ -79,7 +78,7 @@ CLIENT = textwrap.dedent("""
 
 @pytest.mark.server
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_no_engine_process_survives_a_sigkilled_client(engine):
+def test_no_engine_process_survives_a_sigkilled_client(engine, require_engine):
     require_engine(engine)
     client = subprocess.Popen([sys.executable, "-c", CLIENT, engine], stdout=subprocess.PIPE, text=True)
     try:
@@ -106,7 +105,7 @@ def test_missing_sglang_env_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.engine_venv
-def test_missing_sglang_stand_in_is_one_line(monkeypatch, tmp_path):
+def test_missing_sglang_stand_in_is_one_line(require_engine, monkeypatch, tmp_path):
     require_engine("sglang")
     monkeypatch.setattr(launch, "SGL_STAND_IN", tmp_path / "nowhere")
     with pytest.raises(launch.StandInMissing) as err:
@@ -115,7 +114,7 @@ def test_missing_sglang_stand_in_is_one_line(monkeypatch, tmp_path):
 
 
 @pytest.mark.server
-def test_sglang_flag_the_version_does_not_know_reports_its_log(cpu):
+def test_sglang_flag_the_version_does_not_know_reports_its_log(cpu, require_engine):
     require_engine("sglang")
     srv = server.Server("sglang", cpu, no_such_flag=1)
     with pytest.raises(server.EngineStartError) as err:
