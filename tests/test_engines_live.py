@@ -1,4 +1,5 @@
-"""Both engines live on the cpu profile: greedy agreement with transformers, and clean teardown."""
+"""Both engines live on the cpu profile: greedy agreement with transformers, the KV pool each built for the
+profile's budget, and clean teardown."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import pytest
 
 from servelab.engines import server
 from servelab.engines.guard import still_running
+from servelab.measure.kv_capacity import engine_capacity
 from servelab.measure.setup_check import agreement, greedy_answers, reference_answers
 from servelab.measure.workloads import QUESTIONS
+from servelab.sim.kv_memory import tokens_held
 from tests.conftest import pinned_version
 
 pytestmark = pytest.mark.server  # every test here reads what the `live` servers answered
@@ -21,7 +24,8 @@ def live(cpu, require_engine) -> dict[str, dict]:
         require_engine(engine)
         with server.running(engine, cpu) as srv:
             pids = srv.pids()
-            out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version()}
+            out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version(),
+                           "capacity": engine_capacity(srv)}
         out[engine]["alive_after"] = still_running(pids)
     return out
 
@@ -40,3 +44,14 @@ def test_context_manager_stops_the_whole_group(live, cpu, engine):
     assert live[engine]["alive_after"] == []
     version = live[engine]["version"]  # the vLLM CPU alias adds a local version part, "+cpu"
     assert version.split("+")[0] == pinned_version(cpu.engine_env(engine)), version
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_each_engine_builds_the_kv_pool_the_planner_predicts_for_the_same_budget(live, cpu, engine):
+    """One budget in tokens for both engines: vLLM gets it as bytes and carves whole blocks from them with
+    its own per-token size; SGLang gets it as --max-total-tokens and pages by one token."""
+    built = live[engine]["capacity"]
+    assert built["blocks"] * built["block_size"] == built["tokens"]
+    assert built["tokens"] == tokens_held(cpu.kv_cache_tokens, built["block_size"])
+    if engine == "sglang":
+        assert built["block_size"] == 1  # SGLang's --page-size resolves to 1 on this profile: token granularity

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -86,10 +87,27 @@ def test_cpu_model_is_prepared_with_its_check_answer(cpu):
     (["setup", "--profile", "tpu"], "unknown profile 'tpu'; valid profiles: auto, cpu, gpu-24g, gpu-80g"),
     (["notebooks", "99_nope"], "unknown notebook(s) 99_nope"),
     (["setup", "--env", "nope"], "unknown engine env 'nope'"),
+    (["setup", "--model", "nope"], "unknown local model 'nope'; known: smollm2-135m-instruct"),
+    (["setup", "--env", "vllm-cpu", "--model", "nope"], "unknown local model 'nope'"),
 ])
-def test_cli_bad_input_is_one_error_line(args, needle):
+def test_cli_bad_input_is_one_error_line_and_builds_nothing(args, needle, tmp_path):
+    home = tmp_path / "home"
     out = subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True, text=True,
-                         cwd=paths.REPO, timeout=120)
+                         cwd=paths.REPO, timeout=120, env={**os.environ, "SERVELAB_HOME": str(home)})
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("servelab: error: ") and needle in lines[0]
+    assert not home.exists(), "bad input is refused before anything is built"
+
+
+def test_a_missing_tool_is_one_error_line_not_a_traceback(monkeypatch, capsys):
+    from servelab import cli
+    from servelab.book import chapters
+
+    def missing(*_, **__):
+        raise FileNotFoundError(2, "No such file or directory", "/nowhere/bin/jupyter-book")
+
+    monkeypatch.setattr(chapters, "build_book", missing)
+    assert cli.main(["book"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["servelab: error: No such file or directory (/nowhere/bin/jupyter-book)"]
