@@ -60,12 +60,7 @@ def vllm_command(profile: Profile, model: ModelRef, port: int, options: dict[str
             "--max-num-seqs", str(profile.max_num_seqs),
             "--enable-prompt-tokens-details",
             *profile.vllm_flags]
-    # On CPU vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (whole GiB only) or from
-    # --kv-cache-memory-bytes; the flag takes any size, which chapters with tiny budgets need.
-    budget = opts.pop("kv_cache_tokens", profile.kv_cache_tokens)
-    if budget is None and profile.gpu_memory_utilization:
-        opts.setdefault("gpu_memory_utilization", profile.gpu_memory_utilization)
-    opts.update(kv_budget_flags("vllm", budget, model, dtype))
+    _memory_options("vllm", profile, opts, model, dtype)
     return LaunchSpec("vllm", argv + _flags(opts))
 
 
@@ -95,11 +90,22 @@ def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[s
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(SGL_STAND_IN),
         })
+    _memory_options("sglang", profile, opts, model, dtype)
+    return LaunchSpec("sglang", argv + _flags(opts), extra)
+
+
+# Each engine's flag for the share of GPU memory it may claim (weights, activations and KV together).
+MEMORY_FRACTION_FLAG = {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static"}
+
+
+def _memory_options(engine: str, profile: Profile, opts: dict[str, Any], model: ModelRef, dtype: str) -> None:
+    """Into `opts`: the KV budget (option or profile, in tokens) as the engine's flag, else the profile's
+    memory share. On CPU vLLM would size its cache from VLLM_CPU_KVCACHE_SPACE (whole GiB only); the
+    budget flag takes any size, which chapters with tiny budgets need."""
     budget = opts.pop("kv_cache_tokens", profile.kv_cache_tokens)
     if budget is None and profile.gpu_memory_utilization:
-        opts.setdefault("mem_fraction_static", profile.gpu_memory_utilization)
-    opts.update(kv_budget_flags("sglang", budget, model, dtype))
-    return LaunchSpec("sglang", argv + _flags(opts), extra)
+        opts.setdefault(MEMORY_FRACTION_FLAG[engine], profile.gpu_memory_utilization)
+    opts.update(kv_budget_flags(engine, budget, model, dtype))
 
 
 def kv_budget_flags(engine: str, tokens: int | None, model: ModelRef, dtype: str) -> dict[str, int]:
