@@ -50,7 +50,7 @@ def test_engine_notebooks_check_an_engine_result(source):
     so that skipping or breaking its engine cells fails the test run."""
     nb = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
     code = _code(nb)
-    starts = [i for i, c in enumerate(code) if any(k in c.source for k in ("running(", "launch(", "Server("))]
+    starts = [i for i, c in enumerate(code) if any(k in c.source for k in ("running(", "Server("))]
     assert starts, f"{source.stem} starts no engine: every chapter measures a real one"
     checked = [c for c in code[starts[0]:] if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
     assert checked, "no NBVAL_CHECK_OUTPUT cell after the first engine cell"
