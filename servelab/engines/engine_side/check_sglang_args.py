@@ -23,7 +23,7 @@ import linecache
 import os
 import sys
 
-from engine_report import Capture, answer_checks, describe, one_line  # noqa: E402 (beside this script)
+from engine_report import answer_checks, one_line, run_check  # noqa: E402 (beside this script)
 
 LOGGER_PREFIX = "sglang"
 
@@ -86,33 +86,20 @@ class Engine:
             notes.append(f"checked with --device cuda added: no GPU here (SGLang's device detection: {why})")
         self.stage = "parse"
         self.resolved.clear()
-        env = dict(os.environ)
-        failure: BaseException | None = None
-        try:
-            with Capture(LOGGER_PREFIX) as cap:
-                try:
-                    if command["form"] == "serve":
-                        sys.argv = ["sglang", "serve", *args]
-                        self.cli_main.main()
-                    else:
-                        sys.argv = [self.launch_server.__file__, *args]
-                        namespace = {**vars(self.launch_server), "__name__": "__main__",
-                                     "run_server": self.run_server, "kill_process_tree": self.no_kill}
-                        exec(_main_block(self.launch_server), namespace)
-                    if not self.resolved:
-                        raise RuntimeError("SGLang's entry point returned without reaching run_server")
-                except BaseException as err:  # noqa: BLE001 - the engine's own error is the result
-                    if isinstance(err, KeyboardInterrupt):
-                        raise
-                    failure = err
-        finally:
-            os.environ.clear()
-            os.environ.update(env)
-        found = notes + cap.warnings()
-        if failure is None:
-            return {"ok": True, "error": "", "warnings": found, "stage": "", "args": args}
-        return {"ok": False, "error": describe(failure, cap.stderr.getvalue()), "warnings": found,
-                "stage": self.stage, "args": args}
+
+        def invoke() -> None:
+            if command["form"] == "serve":
+                sys.argv = ["sglang", "serve", *args]
+                self.cli_main.main()
+            else:
+                sys.argv = [self.launch_server.__file__, *args]
+                namespace = {**vars(self.launch_server), "__name__": "__main__",
+                             "run_server": self.run_server, "kill_process_tree": self.no_kill}
+                exec(_main_block(self.launch_server), namespace)
+            if not self.resolved:
+                raise RuntimeError("SGLang's entry point returned without reaching run_server")
+
+        return run_check(LOGGER_PREFIX, invoke, lambda: self.stage, args, notes)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,10 @@ stdout: one JSON document {"engine": "vllm", "version": ..., "results": [{"ok", 
 
 from __future__ import annotations
 
-import os
 import runpy
 import sys
 
-from engine_report import Capture, answer_checks, describe  # noqa: E402 (beside this script)
+from engine_report import answer_checks, run_check  # noqa: E402 (beside this script)
 
 LOGGER_PREFIX = "vllm"
 
@@ -77,36 +76,23 @@ class Engine:
         args = list(command["args"])
         self.recorded.clear()
         self.stage = "parse"
-        env = dict(os.environ)
-        try:
-            with Capture(LOGGER_PREFIX) as cap:
-                try:
-                    if command["form"] == "serve":
-                        sys.argv = ["vllm", "serve", *args]
-                        self.cli_main.main()
-                    else:
-                        sys.argv = [command["module"], *args]
-                        runpy.run_module(command["module"], run_name="__main__", alter_sys=True)
-                    if not self.recorded:
-                        raise RuntimeError("vLLM's entry point returned without reaching its launcher")
-                    self.stage = "engine_args"
-                    error = check_engine_args(self.recorded[-1])
-                    if error:
-                        self.stage = "speculative_config"
-                        raise ValueError(error)
-                except BaseException as err:  # noqa: BLE001 - the engine's own error is the result
-                    if isinstance(err, KeyboardInterrupt):
-                        raise
-                    failure = err
-                else:
-                    failure = None
-        finally:
-            os.environ.clear()
-            os.environ.update(env)
-        if failure is None:
-            return {"ok": True, "error": "", "warnings": cap.warnings(), "stage": "", "args": args}
-        return {"ok": False, "error": describe(failure, cap.stderr.getvalue()), "warnings": cap.warnings(),
-                "stage": self.stage, "args": args}
+
+        def invoke() -> None:
+            if command["form"] == "serve":
+                sys.argv = ["vllm", "serve", *args]
+                self.cli_main.main()
+            else:
+                sys.argv = [command["module"], *args]
+                runpy.run_module(command["module"], run_name="__main__", alter_sys=True)
+            if not self.recorded:
+                raise RuntimeError("vLLM's entry point returned without reaching its launcher")
+            self.stage = "engine_args"
+            error = check_engine_args(self.recorded[-1])
+            if error:
+                self.stage = "speculative_config"
+                raise ValueError(error)
+
+        return run_check(LOGGER_PREFIX, invoke, lambda: self.stage, args)
 
 
 def check_engine_args(args) -> str:

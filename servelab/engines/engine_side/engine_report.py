@@ -102,6 +102,33 @@ class Capture:
         return list(dict.fromkeys(self.messages))
 
 
+def run_check(logger_prefix: str, invoke: Callable[[], None], stage: Callable[[], str], args: list[str],
+              notes: list[str] | None = None) -> dict:
+    """Run one command through an engine's entry point (`invoke`) and report it as a result record.
+
+    The engine may change os.environ while it parses; it is restored afterwards. `stage` says where the
+    command failed, read after the failure; `notes` go before the engine's own warnings.
+    """
+    env = dict(os.environ)
+    failure: BaseException | None = None
+    try:
+        with Capture(logger_prefix) as cap:
+            try:
+                invoke()
+            except BaseException as err:  # noqa: BLE001 - the engine's own error is the result
+                if isinstance(err, KeyboardInterrupt):
+                    raise
+                failure = err
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    found = (notes or []) + cap.warnings()
+    if failure is None:
+        return {"ok": True, "error": "", "warnings": found, "stage": "", "args": args}
+    return {"ok": False, "error": describe(failure, cap.stderr.getvalue()), "warnings": found, "stage": stage(),
+            "args": args}
+
+
 def answer_checks(engine_name: str, make_checker: Callable[[], Any]) -> None:
     """Check every command of the JSON request on stdin; write one JSON answer to stdout.
 
