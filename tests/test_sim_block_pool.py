@@ -239,6 +239,28 @@ def test_parallel_sampling_example_from_the_paper() -> None:
     a.check_invariants()
 
 
+def test_freed_blocks_are_reused_first_last_block_first_as_vllm_does() -> None:
+    """vLLM V1 prepends freed blocks without a prefix-cache hash, tail first (BlockPool.free_blocks)."""
+    a = BlockAllocator(num_blocks=6, block_size=4)
+    a.allocate("old", 8)  # blocks 0, 1
+    a.allocate("new", 8)  # blocks 2, 3
+    a.free("old")
+    assert a.free_block_ids() == [1, 0, 4, 5]  # most recently freed first, the sequence's tail first
+    a.free("new")
+    assert a.free_block_ids() == [3, 2, 1, 0, 4, 5]
+    assert a.allocate("next", 4) == [3]  # the block freed last is handed out first
+
+
+def test_shared_blocks_return_to_the_free_list_only_with_their_last_reference() -> None:
+    a = BlockAllocator(num_blocks=4, block_size=4)
+    a.allocate("p", 6)  # blocks 0, 1
+    a.fork("p", "c")
+    a.free("p")
+    assert a.free_block_ids() == [2, 3]
+    a.free("c")
+    assert a.free_block_ids() == [1, 0, 2, 3]
+
+
 def test_blocks_are_taken_only_when_the_last_one_is_full() -> None:
     a = BlockAllocator(num_blocks=3, block_size=4)
     a.allocate("s", 0)
@@ -276,9 +298,9 @@ def test_append_tokens_matches_single_appends() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_blocks": 4, "block_size": 0}, r"block_size must be a positive integer .* got 0"),
+        ({"num_blocks": 4, "block_size": 0}, r"block_size must be an integer >= 1 \(tokens per KV block\), got 0"),
         ({"num_blocks": -1, "block_size": 16}, r"num_blocks must be an integer >= 0, got -1"),
-        ({"num_blocks": 4, "block_size": 2.5}, r"block_size must be a positive integer .* got 2.5"),
+        ({"num_blocks": 4, "block_size": 2.5}, r"block_size must be an integer >= 1 .* got 2.5"),
     ],
 )
 def test_bad_constructor_arguments(kwargs: dict, message: str) -> None:

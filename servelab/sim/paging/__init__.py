@@ -13,7 +13,7 @@ moment a request finishes. Only the way KV memory is reserved differs:
     in advance (the paper's "Orca (Oracle)"; impossible in practice). Chunks differ in size, so they are
     placed by a first-fit allocator over a token-addressed memory and the holes between them are real.
 ``paged:<block_size>``
-    vLLM's PagedAttention, through :class:`~servelab.block_allocator.BlockAllocator`: blocks are taken
+    vLLM's PagedAttention, through :class:`~servelab.sim.paging.block_pool.BlockAllocator`: blocks are taken
     one at a time as the sequence grows. When the pool runs dry the most recently admitted request is
     preempted (its blocks freed, its KV recomputed when it is readmitted), as vLLM does.
 
@@ -33,14 +33,18 @@ their time averages (tokens), which add up to the capacity:
 
 ``internal_frag = reserved_for_future + never_used`` (reserved inside a request but not holding KV) and
 ``wasted = internal_frag + external_frag``. The paper's Fig. 2 splits memory the same way ("token
-states", "reservation", "internal frag.", "external frag. & others"); see :data:`servelab.paper_figures.PAPER_FIGURES`.
+states", "reservation", "internal frag.", "external frag. & others"); see
+:data:`servelab.book.quoted_figures.PAPER_FIGURES`.
 
 Averaged over a whole run these include the start and the drain at the end, when nobody waits and
-memory sits idle; ``used_pct_saturated`` averages only the steps in which a request was waiting for
-memory, which is the regime the paper's Fig. 2 measures.
+memory sits idle. ``<component>_pct_saturated`` averages only the steps in which a request was waiting
+for memory. Reading the paper's Fig. 2 ("average percentage of memory wastes ... during the experiment")
+as this saturated regime is our interpretation, not the paper's stated method.
 
 Simplifications, on purpose: a step is one decoding iteration and costs the same whatever is in it, so
-prefill is free and so is the recomputation of a preempted request; the point is memory, not latency.
+prefill is free and so is the recomputation of a preempted request (which therefore costs memory, never
+time: the simulator preempts freely); the point is memory, not latency. Arrivals come faster than any
+policy serves them, so the queue is a backlog; the spread of the lengths (``sigma``) is our choice.
 Run ``python -m servelab.sim.paging`` for the default scenario.
 
 Modules, one concept each: ``block_pool`` (vLLM's block allocator), ``requests`` (the workload),
@@ -48,7 +52,7 @@ Modules, one concept each: ``block_pool`` (vLLM's block allocator), ``requests``
 run leaves behind), ``accounting`` (where every token slot went), ``compare`` (policies side by side).
 """
 
-from servelab.sim.paging.accounting import COMPONENTS, SimResult
+from servelab.sim.paging.accounting import COMPONENTS, SimResult, expected_last_block_waste_pct
 from servelab.sim.paging.block_pool import BlockAllocator, CopyOnWrite, OutOfBlocks
 from servelab.sim.paging.compare import SUMMARY_COLUMNS, Comparison, compare_policies, default_scenario, simulate
 from servelab.sim.paging.parallel_sampling import parallel_sampling_blocks
@@ -57,4 +61,4 @@ from servelab.sim.paging.requests import DEFAULT_CAPACITY, DEFAULT_MAX_LEN, DEFA
 
 __all__ = ["COMPONENTS", "DEFAULT_CAPACITY", "DEFAULT_MAX_LEN", "DEFAULT_POLICIES", "SUMMARY_COLUMNS", "BlockAllocator",
            "Comparison", "CopyOnWrite", "OutOfBlocks", "Policy", "SimResult", "compare_policies", "default_scenario",
-           "parallel_sampling_blocks", "parse_policy", "sample_requests", "simulate"]
+           "expected_last_block_waste_pct", "parallel_sampling_blocks", "parse_policy", "sample_requests", "simulate"]

@@ -98,9 +98,8 @@ def measure(
         "used_pct": 100 * avg["used"] / capacity,
         "wasted_pct": 100 * (internal + avg["external_frag"]) / capacity,
         "saturated_steps": int(blocked.sum()),
-        "used_pct_saturated": 100 * float(per_step["used"][blocked].mean()) / capacity
-        if blocked.any()
-        else float("nan"),
+        **{f"{c}_pct_saturated": 100 * float(per_step[c][blocked].mean()) / capacity if blocked.any()
+           else float("nan") for c in COMPONENTS},
         "tokens_per_step": float(output.sum() / steps),
     }
 
@@ -126,6 +125,16 @@ def measure(
     )
     per_request["queue_steps"] = per_request["admitted"] - per_request["arrival"]
     return SimResult(summary=summary, timeline=timeline, requests=per_request)
+
+
+def expected_last_block_waste_pct(mean_batch: float, block_size: int, capacity: int) -> float:
+    """The paged waste to expect: ``mean_batch`` last blocks, each ``(block_size - 1) / 2`` slots short.
+
+    A sequence of length ``L`` leaves ``(-L) % block_size`` empty slots in its last block; if lengths are
+    spread evenly over the residues, that is ``(block_size - 1) / 2`` on average. As a share of the
+    ``capacity`` in tokens, in %.
+    """
+    return 100 * mean_batch * (block_size - 1) / 2 / capacity
 
 
 def _last_step(req: np.ndarray, step: np.ndarray, n: int) -> np.ndarray:

@@ -19,8 +19,10 @@ maximum length and waste most of it, or reserve less and risk running out). Pagi
 
 This file only does the bookkeeping (which block holds what); it moves no data. When a write needs a
 copy, :meth:`BlockAllocator.append_token` returns a :class:`CopyOnWrite` record telling the caller (the
-"block engine" that owns the real tensors) which block to copy where, exactly as vLLM's scheduler hands
-``blocks_to_copy`` to its workers.
+"block engine" that owns the real tensors) which block to copy where, as the paper's design (and vLLM's
+V0 block manager, with ``blocks_to_copy``) did. vLLM V1 has no copy-on-write for ordinary models: each
+sample gets a fresh last block and finds the full prompt blocks through the prefix cache, which ends in
+the same blocks held.
 """
 
 from __future__ import annotations
@@ -103,19 +105,12 @@ class BlockAllocator:
     """
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 0:
-            raise ValueError(f"num_blocks must be an integer >= 0, got {num_blocks!r}")
-        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
-            raise ValueError(
-                f"block_size must be a positive integer (tokens per KV block), got {block_size!r}"
-            )
-        self._num_blocks = num_blocks
-        self._block_size = block_size
-        # FIFO free list: the block freed longest ago is reused first (vLLM's free queue does the same,
-        # which is what later lets prefix caching keep recently freed blocks around the longest).
-        self._free: deque[int] = deque(range(num_blocks))
-        self._refcount = [0] * num_blocks
-        self._fill = [0] * num_blocks  # tokens written into each physical block
+        self._num_blocks = int_at_least("num_blocks", num_blocks, 0)
+        self._block_size = int_at_least("block_size", block_size, 1, "tokens per KV block")
+        # The free list, next block to hand out first: in id order at first; free() puts blocks back in front.
+        self._free: deque[int] = deque(range(self._num_blocks))
+        self._refcount = [0] * self._num_blocks
+        self._fill = [0] * self._num_blocks  # tokens written into each physical block
         self._tables: dict[SeqId, list[int]] = {}
         self._num_tokens: dict[SeqId, int] = {}
         self.copies: list[CopyOnWrite] = []  # every copy-on-write so far, oldest first
@@ -267,13 +262,22 @@ class BlockAllocator:
         self._num_tokens[child] = self._num_tokens[parent]
 
     def free(self, seq_id: SeqId) -> None:
-        """Drop ``seq_id``; blocks nobody else references go back to the free list."""
+        """Drop ``seq_id``; blocks nobody else references go back to the *front* of the free list.
+
+        This is what vLLM V1 does with blocks that hold no prefix-cache hash, which are all blocks here
+        (this allocator has no prefix cache): ``BlockPool.free_blocks`` prepends them, the sequence's
+        last block first, so the most recently freed block is reused first ("LIFO reuse of non-cached
+        blocks for better GPU locality", ``vllm/v1/core/block_pool.py``). Blocks that carry a hash go
+        to the *back* instead, so cached blocks are evicted least recently used first.
+        """
         table = self._table(seq_id)
+        freed = []
         for b in table:
             self._refcount[b] -= 1
             if self._refcount[b] == 0:
                 self._fill[b] = 0
-                self._free.append(b)
+                freed.append(b)
+        self._free.extendleft(freed)  # extendleft reverses: the last block of the table ends up first
         del self._tables[seq_id]
         del self._num_tokens[seq_id]
 

@@ -22,15 +22,16 @@ def simulate(
     capacity_tokens: int = DEFAULT_CAPACITY,
     *,
     max_len: int = DEFAULT_MAX_LEN,
-    watermark: float = 0.01,
+    watermark: float = 0.0,
     check_invariants: bool = False,
 ) -> SimResult:
     """Serve ``requests`` (as made by :func:`sample_requests`) with one reservation ``policy``.
 
     ``capacity_tokens`` is the KV cache size in tokens (slots). ``watermark`` is the share of blocks
-    paging keeps free at admission, so newly admitted requests do not get preempted at once (vLLM's
-    default is 0.01). ``check_invariants`` re-checks the block allocator after every event (slow; for
-    tests).
+    paging keeps free when it admits a request, so newly admitted requests are not preempted at once.
+    The default, 0.0, is vLLM V1's (``SchedulerConfig.watermark`` in ``vllm/config/scheduler.py``: "0.0
+    (the default) disables the watermark"); vLLM's V0 block manager kept 0.01. ``check_invariants``
+    re-checks the block allocator after every event (slow; for tests).
     """
     pol = parse_policy(policy)
     capacity = int_at_least("capacity_tokens", capacity_tokens, 1, "KV cache size in tokens")
@@ -100,7 +101,7 @@ def compare_policies(
     capacity_tokens: int = DEFAULT_CAPACITY,
     *,
     max_len: int = DEFAULT_MAX_LEN,
-    watermark: float = 0.01,
+    watermark: float = 0.0,
 ) -> Comparison:
     """Run :func:`simulate` for each policy on the same ``requests`` and gather the tables."""
     start = time.perf_counter()

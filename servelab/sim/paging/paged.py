@@ -25,7 +25,7 @@ def run_paged(
     Each step: (1) every running request needs room for one more token; if the free blocks do not
     cover that, preempt the most recently admitted request (free its blocks; it goes back to the front
     of the queue and recomputes its KV when readmitted). (2) If nothing was preempted, admit from the
-    queue while the newcomer's blocks plus the running requests' new blocks plus a small watermark fit.
+    queue while the newcomer's blocks plus the running requests' new blocks plus the watermark fit.
     (3) Everyone appends a token; finished requests free their blocks.
 
     Event-driven like :func:`run_contiguous`. Between events the only change is growth, which is
