@@ -122,6 +122,10 @@ class BlockHashCache:
         """Block ids in the order new allocations take them (the first is evicted first)."""
         return list(self._free)
 
+    def cache_index(self) -> dict[BlockHash, list[int]]:
+        """The lookup table: each cached block hash and the blocks holding it, the one lookups return first."""
+        return {h: list(holders) for h, holders in self._cached.items()}
+
     def running(self) -> list[str]:
         return list(self._requests)
 
