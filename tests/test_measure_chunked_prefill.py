@@ -1,0 +1,182 @@
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from servelab.measure.chunked_prefill import (
+    CHUNK_COLUMNS,
+    VOCAB_RANGE,
+    StreamRun,
+    StreamSpec,
+    budget_options,
+    decode_sample,
+    prefill_samples,
+    prompt_ids,
+    scenario_specs,
+    stream_tokens,
+    token_times,
+    window_stats,
+)
+from servelab.sim.chunked_prefill import LONG, Scenario, fit_cost_model
+
+
+def _run(streams: dict[str, list[float]], sent: dict[str, float], prompts: dict[str, int]) -> StreamRun:
+    """A run with one chunk per token and the running token count reported on every chunk."""
+    chunks = [(n, t, i + 1, "x") for n, times in streams.items() for i, t in enumerate(times)]
+    requests = pd.DataFrame([{"request": n, "sent_s": sent[n], "prompt_tokens": prompts[n],
+                              "completion_tokens": len(streams[n])} for n in streams])
+    return StreamRun(requests, pd.DataFrame(chunks, columns=CHUNK_COLUMNS))
+
+
+def test_token_times_count_tokens_by_the_running_count_else_by_text():
+    chunks = pd.DataFrame([
+        ("a", 0.3, 2, "lo"), ("a", 0.1, 1, "hel"), ("a", 0.4, 2, ""),  # last: finish chunk, no new token
+        ("b", 0.2, np.nan, ""), ("b", 0.5, np.nan, "hi"), ("b", 0.6, np.nan, "!"),
+    ], columns=CHUNK_COLUMNS)
+    times = token_times(chunks)
+    assert times["a"].tolist() == [0.1, 0.3]
+    assert times["b"].tolist() == [0.5, 0.6]
+
+
+def test_window_stats_measure_ttft_from_the_send_and_the_streams_gaps_in_between():
+    # two streams at 10 ms a token, stalled by a 200 ms prefill from 0.505 s; the long prompt sent at 0.5 s
+    steady = list(np.round(np.arange(0.01, 0.51, 0.01), 3))
+    after = list(np.round(0.705 + np.arange(0, 0.2, 0.01), 3))
+    streams = {"stream 0": steady + after, "stream 1": steady + after, LONG: [0.705, 0.715]}
+    run = _run(streams, {"stream 0": 0, "stream 1": 0, LONG: 0.5}, {"stream 0": 8, "stream 1": 8, LONG: 900})
+    stats = window_stats(run)
+    assert stats["long_ttft_s"] == pytest.approx(0.205)
+    assert stats["longest_stall_s"] == pytest.approx(0.205)  # 0.50 -> 0.705, overlapping the window
+    assert stats["gaps"] == 2 and stats["itl_p50_s"] == pytest.approx(0.205)
+
+
+def test_window_stats_name_a_missing_long_prompt():
+    run = _run({"stream 0": [0.1, 0.2]}, {"stream 0": 0}, {"stream 0": 4})
+    with pytest.raises(ValueError, match="no token of request 'long'"):
+        window_stats(run)
+
+
+def test_calibration_samples_from_synthetic_timings_fit_the_model_that_made_them():
+    step, per_token, per_decode, per_context, overhead = 0.02, 4e-4, 2e-3, 3e-6, 0.05
+    samples = []
+    for i, length in enumerate((64, 256, 1024)):
+        first = 1.0 + overhead + step + per_token * length
+        run = _run({"p": [first]}, {"p": 1.0}, {"p": length})
+        samples += prefill_samples(run)
+        assert samples[-1].prefill_tokens == length and samples[-1].requests == 1 and i + 1 == len(samples)
+    for batch in (1, 4, 8):
+        for context in (64, 512):
+            # 22 tokens each, slightly staggered: 11 generated before the middle of the window
+            gap = step + per_decode * batch + per_context * batch * (context + 11)
+            streams = {f"d{k}": list(0.5 + 0.0001 * k + gap * np.arange(22)) for k in range(batch)}
+            sample = decode_sample(_run(streams, dict.fromkeys(streams, 0.0), dict.fromkeys(streams, context)))
+            assert sample.decodes == batch and sample.seconds == pytest.approx(gap)
+            assert sample.decode_context_tokens == batch * (context + 11)
+            samples.append(sample)
+    model = fit_cost_model(samples)
+    assert np.allclose(model.coefficients(), [step, per_token, per_decode, per_context, overhead], rtol=1e-6)
+
+
+def test_decode_sample_needs_overlapping_streams():
+    run = _run({"a": [0.1, 0.2], "b": [0.3, 0.4]}, {"a": 0, "b": 0}, {"a": 4, "b": 4})
+    with pytest.raises(ValueError, match="while all streams decode"):
+        decode_sample(run)
+
+
+def test_prompt_ids_are_exact_seeded_and_ordinary():
+    ids = prompt_ids(300, seed=3)
+    assert len(ids) == 300 and ids == prompt_ids(300, seed=3) and ids != prompt_ids(300, seed=4)
+    assert VOCAB_RANGE[0] <= min(ids) and max(ids) < VOCAB_RANGE[1]
+    with pytest.raises(ValueError, match="at least one token"):
+        prompt_ids(0, seed=0)
+
+
+def test_scenario_specs_send_the_long_prompt_after_stream_0s_warm_up():
+    specs = scenario_specs(Scenario(streams=3, stream_prompt_tokens=16, stream_output_tokens=40,
+                                    long_prompt_tokens=500, warmup_tokens=5))
+    assert [s.name for s in specs] == ["stream 0", "stream 1", "stream 2", LONG]
+    assert specs[-1].after == ("stream 0", 5) and len(specs[-1].prompt) == 500
+    assert len({tuple(s.prompt[:8]) for s in specs}) == 4  # no shared prefix
+
+
+@pytest.mark.parametrize("engine, budget, kwargs, expected", [
+    ("vllm", 512, {}, {"max_num_batched_tokens": 512}),
+    ("vllm", 2048, {"chunking": False}, {"max_num_batched_tokens": 2048, "no_enable_chunked_prefill": True}),
+    ("vllm", 2048, {"long_prefill_token_threshold": 256},
+     {"max_num_batched_tokens": 2048, "long_prefill_token_threshold": 256}),
+    ("vllm", None, {}, {}),
+    ("sglang", 512, {"mixed_chunk": True}, {"chunked_prefill_size": 512, "enable_mixed_chunk": True}),
+    ("sglang", 512, {"chunking": False}, {"chunked_prefill_size": -1}),
+])
+def test_budget_options_become_each_engines_flags(engine, budget, kwargs, expected):
+    assert budget_options(engine, budget, **kwargs) == expected
+
+
+def test_budget_options_refuse_the_other_engines_flags():
+    with pytest.raises(ValueError, match="enable-mixed-chunk"):
+        budget_options("vllm", 512, mixed_chunk=True)
+    with pytest.raises(ValueError, match="vLLM option"):
+        budget_options("sglang", 512, long_prefill_token_threshold=64)
+    with pytest.raises(ValueError, match="unknown engine 'trt'"):
+        budget_options("trt", 512)
+
+
+TOKEN_GAP_S = 0.02
+
+
+class _FakeCompletions(BaseHTTPRequestHandler):
+    """Streams `max_tokens` one-token chunks, TOKEN_GAP_S apart, with continuous usage, as the engines do."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        assert body["stream"] and body["stream_options"]["continuous_usage_stats"]
+        assert body["min_tokens"] == body["max_tokens"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i in range(body["max_tokens"]):
+            time.sleep(TOKEN_GAP_S)
+            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": i + 1,
+                     "total_tokens": len(body["prompt"]) + i + 1}
+            chunk = {"id": "x", "object": "text_completion", "created": 0, "model": body["model"],
+                     "choices": [{"index": 0, "text": f"t{i}", "finish_reason": None}], "usage": usage}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FakeCompletions)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield SimpleNamespace(api_url=f"http://127.0.0.1:{httpd.server_port}/v1", served_model="fake")
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_stream_tokens_records_every_chunk_and_starts_a_follower_after_its_leaders_kth_chunk(fake_server):
+    run = stream_tokens(fake_server, [StreamSpec("lead", [11, 12, 13], 8),
+                                      StreamSpec("follow", [14] * 5, 3, after=("lead", 4))])
+    times = token_times(run.chunks)
+    assert len(times["lead"]) == 8 and len(times["follow"]) == 3
+    requests = run.requests.set_index("request")
+    assert requests.loc["follow", "prompt_tokens"] == 5 and requests.loc["lead", "completion_tokens"] == 8
+    assert times["lead"][3] <= requests.loc["follow", "sent_s"] < times["lead"][4]
+    assert (np.diff(times["lead"]) > TOKEN_GAP_S / 2).all()
+
+
+def test_stream_tokens_refuses_bad_specs_before_sending_anything():
+    endpoint = SimpleNamespace(api_url="http://127.0.0.1:9/v1", served_model="none")
+    with pytest.raises(ValueError, match="distinct names"):
+        stream_tokens(endpoint, [StreamSpec("a", [1], 1), StreamSpec("a", [1], 1)])
+    with pytest.raises(ValueError, match="after=\\('b', 2\\) must name another spec"):
+        stream_tokens(endpoint, [StreamSpec("a", [1], 1, after=("b", 2))])
