@@ -1,42 +1,227 @@
-"""Chapter 00: do both engines and plain transformers give the same greedy tokens; what the engines accept.
+"""Chapter 00: do the engines (and plain transformers) give the same greedy tokens; what the engines accept.
 
-Helpers for the set-up check: greedy answers from a live server, the transformers reference, the
-agreement table, the SGLang frontend programs and the articles' `sgl.Runtime` call run in SGLang's
-venv, and the table of launch commands judged by each engine's own parser.
+Helpers for the set-up check: greedy answers from a live server with their token ids and each
+position's top candidates, the transformers reference (only where the dtype makes exact agreement
+meaningful), the token-level comparison and its verdict, a single request's decode speed, the SGLang
+frontend programs and the articles' `sgl.Runtime` call run in SGLang's venv, and the table of launch
+commands judged by each engine's own parser.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
 from servelab.engines import flags
-from servelab.engines.client import Endpoint, chat
+from servelab.engines.client import Endpoint, chat_response, run_load
 from servelab.engines.engine_side import script
+from servelab.engines.metrics import scrape
+from servelab.engines.server import Server
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
 
 PROGRAMS_START = "# --- programs (notebook 00 prints this part) ---"
 PROGRAMS_END = "# --- end of programs ---"
 
+# Explicit mantissa bits of each dtype an engine may run in: a number is rounded to a relative
+# step of 2**-bits, so two candidates closer than that can swap places between two kernels.
+MANTISSA_BITS = {"float32": 23, "float16": 10, "bfloat16": 7}
+# Where greedy decoding should give the same tokens in every implementation: rounding steps of
+# about 1e-7 are far below the gap between a model's first and second candidate.
+EXACT_DTYPES = frozenset({"float32"})
+CANDIDATES = 5  # top alternatives each engine reports per generated token
+
+
+def _check_dtype(dtype: str) -> str:
+    if dtype not in MANTISSA_BITS:
+        raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(MANTISSA_BITS)}")
+    return dtype
+
+
+def rounding_step(dtype: str) -> float:
+    """The relative rounding step (machine epsilon) of `dtype`: 2**-mantissa bits."""
+    return 2.0 ** -MANTISSA_BITS[_check_dtype(dtype)]
+
+
+def exact_expected(dtype: str) -> bool:
+    """Whether greedy tokens are expected to agree exactly between implementations running in `dtype`."""
+    return _check_dtype(dtype) in EXACT_DTYPES
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One greedy answer: its text and token ids, and (from an engine) each position's candidates.
+
+    `token_ids` leave out the stop token, as transformers' `generate` output does once stripped;
+    `tokens` and `candidates` keep the stop position, so a divergence where one side stopped can
+    still be judged.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    tokens: tuple[str, ...] = ()
+    candidates: tuple[tuple[tuple[str, float], ...], ...] = ()  # per position: (token, logprob), best first
+
+
+def answer_from_choice(choice: dict) -> Answer:
+    """An `Answer` from one chat-completion choice asked with `logprobs` and `return_token_ids`.
+
+    vLLM puts the generated ids in `token_ids`, SGLang in `response_token_ids`; both include the
+    stop token when `finish_reason` is "stop".
+    """
+    ids = choice.get("token_ids") or choice.get("response_token_ids")
+    if ids is None:
+        raise ValueError(f"the engine returned no token ids (keys: {', '.join(choice)}); "
+                         "ask with extra_body={'return_token_ids': True}")
+    content = (choice.get("logprobs") or {}).get("content") or []
+    ids = list(ids)[:-1] if choice.get("finish_reason") == "stop" and ids else list(ids)
+    return Answer(
+        text=(choice.get("message") or {}).get("content") or "",
+        token_ids=tuple(ids),
+        tokens=tuple(c["token"] for c in content),
+        candidates=tuple(tuple((t["token"], t["logprob"]) for t in c.get("top_logprobs") or []) for c in content),
+    )
+
+
+def greedy_tokens(server: Endpoint, questions: Sequence[str], max_tokens: int = 32) -> list[Answer]:
+    """Greedy answers to `questions`, with token ids and the top `CANDIDATES` at every position."""
+    return [answer_from_choice(chat_response(server, q, max_tokens=max_tokens, temperature=0.0, logprobs=True,
+                                             top_logprobs=CANDIDATES,
+                                             extra_body={"return_token_ids": True}).choices[0].model_dump())
+            for q in questions]
+
 
 def greedy_answers(server: Endpoint, questions: list[str], max_tokens: int = 32) -> list[str]:
-    return [chat(server, q, max_tokens=max_tokens, temperature=0.0) for q in questions]
+    """The texts of `greedy_tokens`."""
+    return [a.text for a in greedy_tokens(server, questions, max_tokens)]
 
 
 def reference_answers(profile: Profile, questions: list[str], max_tokens: int = 32) -> list[str]:
     """Greedy answers from transformers (fp32, CPU) for the profile's model, run in the vLLM venv."""
+    return [a.text for a in _reference(profile, questions, max_tokens)]
+
+
+def _reference(profile: Profile, questions: list[str], max_tokens: int) -> list[Answer]:
     python = engine_envs.get(profile.vllm_env).require().python
     source = models.resolve(profile.model).source
-    return [r["text"] for r in models.reference_completions(python, source, questions, max_tokens)]
+    return [Answer(r["text"], tuple(r["token_ids"]))
+            for r in models.reference_completions(python, source, questions, max_tokens)]
+
+
+def references(profile: Profile, questions: list[str], max_tokens: int = 32) -> dict[str, list[Answer]]:
+    """{"transformers": fp32 reference answers} where the profile's dtype makes exact agreement meaningful, else {}.
+
+    The reference runs in float32 on the CPU: set beside engines running bfloat16 it could only
+    show rounding differences, so it runs only for profiles whose dtype is exact.
+    """
+    return {"transformers": _reference(profile, questions, max_tokens)} if exact_expected(profile.dtype) else {}
 
 
 def agreement(questions: list[str], answers: dict[str, list[str]]) -> pd.DataFrame:
-    """One row per question, one column per source, and whether all sources said the same thing."""
+    """One row per question, one column per source's text, and whether all texts are the same."""
     frame = pd.DataFrame({"question": questions, **answers})
     frame["identical"] = frame[list(answers)].nunique(axis=1) == 1
     return frame
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first position where two token sequences differ (a prefix ends one), or None if they are equal."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _at(answer: Answer, position: int) -> tuple[str | None, dict[str, float]]:
+    if position >= len(answer.tokens) or position >= len(answer.candidates):
+        return None, {}
+    return answer.tokens[position], dict(answer.candidates[position])
+
+
+def _label(answer: Answer, position: int) -> str:
+    """The token at `position` as the reader should see it: its text, else its id, else the end."""
+    if position < len(answer.tokens):
+        return repr(answer.tokens[position])
+    return f"id {answer.token_ids[position]}" if position < len(answer.token_ids) else "(end)"
+
+
+def near_tie(a: Answer, b: Answer, position: int) -> bool | None:
+    """Whether each side's token at `position` is among the other's top candidates there; None without candidates."""
+    if not (a.candidates and b.candidates):
+        return None
+    (token_a, cands_a), (token_b, cands_b) = _at(a, position), _at(b, position)
+    return token_a is not None and token_b is not None and token_a in cands_b and token_b in cands_a
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every source's greedy tokens compared with the first source's, question by question."""
+
+    table: pd.DataFrame  # one row per (question, compared source)
+    exact: bool  # whether identical tokens are claimed
+
+    @property
+    def rates(self) -> pd.Series:
+        """Per compared source: the share of questions answered with exactly the baseline's tokens."""
+        return self.table.groupby("compared", sort=False)["same tokens"].mean()
+
+    @property
+    def holds(self) -> bool:
+        """Identical tokens everywhere where exactness is claimed; elsewhere every divergence a near tie."""
+        ties = self.table["near tie"].dropna()
+        return bool((not self.exact or self.table["same tokens"].all()) and ties.astype(bool).all())
+
+
+def compare(questions: Sequence[str], answers: dict[str, list[Answer]], *, exact: bool) -> Comparison:
+    """Compare every source with the first one (the baseline), token by token.
+
+    Per question and source: whether the tokens are the same, the first position where they
+    differ, the two tokens there, the baseline's log-probability margin between its token and the
+    other's (when the other's token is among its candidates), and whether the two were near ties.
+    """
+    if len(answers) < 2:
+        raise ValueError(f"compare needs at least two sources, got {len(answers)}: {', '.join(answers) or 'none'}")
+    for name, given in answers.items():
+        if len(given) != len(questions):
+            raise ValueError(f"{name} has {len(given)} answers for {len(questions)} questions")
+    (base_name, base), *others = answers.items()
+    rows = []
+    for name, given in others:
+        for question, a, b in zip(questions, base, given, strict=True):
+            position = first_divergence(a.token_ids, b.token_ids)
+            row = {"question": question, "compared": f"{name} vs {base_name}", "same tokens": position is None,
+                   "first divergence": position, "tokens there": None, "margin (nats)": None, "near tie": None}
+            if position is not None:
+                (token_a, cands_a), (token_b, _) = _at(a, position), _at(b, position)
+                row["tokens there"] = f"{_label(a, position)} / {_label(b, position)}"
+                if token_a in cands_a and token_b in cands_a:
+                    row["margin (nats)"] = cands_a[token_a] - cands_a[token_b]
+                row["near tie"] = near_tie(a, b, position)
+            rows.append(row)
+    table = pd.DataFrame(rows).astype({"first divergence": "Int64"})
+    return Comparison(table=table, exact=exact)
+
+
+def smallest_margins(answers: list[Answer]) -> list[float | None]:
+    """Per answer: the smallest gap (nats) between the chosen token and the runner-up over its positions."""
+    out: list[float | None] = []
+    for answer in answers:
+        gaps = [c[0][1] - c[1][1] for c in answer.candidates if len(c) >= 2]
+        out.append(min(gaps) if gaps else None)
+    return out
+
+
+def what_ran(label: str, server: Server, max_tokens: int = 128) -> dict[str, object]:
+    """A live server's version, start time and peak memory, and one request of `max_tokens` tokens
+    (`ignore_eos`) with nothing else running: its time to first token and decode rate."""
+    one = run_load(server, ["Tell me about the history of the bicycle."], max_tokens=max_tokens, progress=False,
+                   extra_body={"ignore_eos": True}).iloc[0]
+    return {"engine": label, "version": server.version(), "start (s)": server.started_s,
+            "memory (GiB)": server.peak_rss_gib(), "TTFT (s)": float(one.ttft_s),
+            "decode (tokens/s)": float(one.decode_tokens_per_s)}
 
 
 def frontend_programs_source() -> str:
@@ -49,6 +234,13 @@ def run_frontend_programs(profile: Profile, server_url: str) -> dict[str, str]:
     """Run the frontend programs against a live SGLang server, inside SGLang's venv; each generated variable."""
     python = engine_envs.get(profile.sglang_env).require().python
     return engine_envs.run_script(python, script("sgl_agent.py"), server_url)
+
+
+def frontend_programs_with_cache(profile: Profile, server_url: str) -> tuple[dict[str, str], int]:
+    """`run_frontend_programs`, and how many prompt tokens SGLang served from its cache meanwhile."""
+    before = scrape(server_url).value("sglang:cached_tokens")
+    outputs = run_frontend_programs(profile, server_url)
+    return outputs, int(scrape(server_url).value("sglang:cached_tokens") - before)
 
 
 def articles_speculative_runtime(profile: Profile) -> dict[str, object]:
@@ -72,3 +264,10 @@ def launch_commands_table() -> pd.DataFrame:
     return pd.DataFrame([{"command": row["command"], "checked with": v.checked_with, "accepted": v.ok,
                           "the engine says": v.error or " | ".join(v.warnings), "checked": shlex.join(v.argv)}
                          for row, v in zip(rows, verdicts, strict=True)])
+
+
+def article_commands_text(launch: pd.DataFrame) -> str:
+    """The articles' commands and their corrected forms from `launch_commands_table`, as one would type them."""
+    rows = launch[launch.command.str.startswith(("article", "corrected"))]
+    return "\n\n".join(f"# {r.command} -> {'accepted' if r.accepted else 'rejected'}\n{r.checked}"
+                       for r in rows.itertuples())

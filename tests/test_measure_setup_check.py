@@ -1,0 +1,148 @@
+"""Chapter 00's helpers: parsing greedy answers, comparing them token by token, and the verdict per dtype."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from servelab.machine import profiles
+from servelab.measure import setup_check
+from servelab.measure.setup_check import Answer, answer_from_choice, compare, first_divergence, near_tie
+
+
+def _choice(ids, tokens, finish="stop", key="token_ids"):
+    """A chat-completion choice as vLLM (`token_ids`) or SGLang (`response_token_ids`) returns it."""
+    content = [{"token": t, "logprob": -0.1, "top_logprobs": [{"token": t, "logprob": -0.1},
+                                                             {"token": "x", "logprob": -2.0}]} for t in tokens]
+    return {"message": {"content": "".join(tokens[:-1] if finish == "stop" else tokens)},
+            "finish_reason": finish, "logprobs": {"content": content}, key: ids}
+
+
+def _answer(ids, tokens=None, alternatives=None):
+    """An engine answer: `alternatives` maps a position to its runner-up token."""
+    tokens = tokens or [f"t{i}" for i in ids]
+    alternatives = alternatives or {}
+    cands = tuple(((t, -0.1), (alternatives.get(i, "zz"), -0.3)) for i, t in enumerate(tokens))
+    return Answer("".join(tokens), tuple(ids), tuple(tokens), cands)
+
+
+@pytest.mark.parametrize("key", ["token_ids", "response_token_ids"])
+def test_an_answer_leaves_out_the_stop_token_but_keeps_its_candidates(key):
+    answer = answer_from_choice(_choice([5, 6, 2], ["The", " sea", "<|im_end|>"], key=key))
+    assert answer.token_ids == (5, 6)
+    assert answer.tokens == ("The", " sea", "<|im_end|>")
+    assert answer.candidates[0] == (("The", -0.1), ("x", -2.0))
+    assert answer.text == "The sea"
+
+
+def test_an_answer_cut_by_max_tokens_keeps_every_token():
+    assert answer_from_choice(_choice([5, 6, 7], ["a", "b", "c"], finish="length")).token_ids == (5, 6, 7)
+
+
+def test_an_answer_without_token_ids_is_one_clear_error():
+    choice = _choice([1], ["a"])
+    del choice["token_ids"]
+    with pytest.raises(ValueError, match="no token ids.*return_token_ids"):
+        answer_from_choice(choice)
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 9, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2  # one stopped where the other went on
+    assert first_divergence([], [4]) == 0
+
+
+def test_a_near_tie_needs_each_token_among_the_others_candidates():
+    a = _answer([1, 2], alternatives={1: "t3"})
+    b = _answer([1, 3], alternatives={1: "t2"})
+    assert near_tie(a, b, 1) is True
+    c = _answer([1, 4])  # t4 is in neither's candidates at position 1
+    assert near_tie(a, c, 1) is False
+    assert near_tie(a, Answer("", (1, 3)), 1) is None  # a reference without candidates cannot be judged
+
+
+def test_fp32_claims_identical_tokens_and_fails_on_any_difference():
+    same = compare(["q"], {"vLLM": [_answer([1, 2])], "SGLang": [_answer([1, 2])]}, exact=True)
+    assert same.holds and same.rates["SGLang vs vLLM"] == 1.0
+    tie = compare(["q"], {"vLLM": [_answer([1, 2], alternatives={1: "t3"})],
+                          "SGLang": [_answer([1, 3], alternatives={1: "t2"})]}, exact=True)
+    assert not tie.holds, "where exactness is claimed even a near tie is a failure"
+
+
+def test_bf16_reports_the_divergence_and_accepts_only_near_ties():
+    questions = ["q1", "q2"]
+    base = [_answer([1, 2, 5], alternatives={1: "t3"}), _answer([7, 8])]
+    other = [_answer([1, 3, 6], alternatives={1: "t2"}), _answer([7, 8])]
+    result = compare(questions, {"vLLM": base, "SGLang": other}, exact=False)
+    assert result.holds
+    assert result.rates["SGLang vs vLLM"] == 0.5
+    row = result.table.iloc[0]
+    assert row["first divergence"] == 1 and row["tokens there"] == "'t2' / 't3'"
+    assert row["margin (nats)"] == pytest.approx(0.2) and row["near tie"]
+    assert pd.isna(result.table.iloc[1]["first divergence"])
+    broken = compare(questions, {"vLLM": base, "SGLang": [_answer([9, 9]), _answer([7, 8])]}, exact=False)
+    assert not broken.holds, "a divergence to a token outside the top candidates is not rounding"
+
+
+def test_a_reference_without_candidates_shows_ids_and_only_exactness_judges_it():
+    result = compare(["q"], {"vLLM": [_answer([1, 2])], "transformers": [Answer("", (1, 4))]}, exact=False)
+    assert result.table.iloc[0]["tokens there"] == "'t2' / id 4"
+    assert result.holds  # nothing judged a near tie, nothing claimed exact
+    assert not compare(["q"], {"vLLM": [_answer([1, 2])], "transformers": [Answer("", (1, 4))]}, exact=True).holds
+
+
+def test_compare_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least two sources, got 1: vLLM"):
+        compare(["q"], {"vLLM": [_answer([1])]}, exact=True)
+    with pytest.raises(ValueError, match="SGLang has 0 answers for 1 questions"):
+        compare(["q"], {"vLLM": [_answer([1])], "SGLang": []}, exact=True)
+
+
+def test_exactness_is_decided_by_dtype():
+    assert setup_check.exact_expected("float32")
+    assert not setup_check.exact_expected("bfloat16") and not setup_check.exact_expected("float16")
+    assert setup_check.rounding_step("float32") == 2.0 ** -23
+    assert setup_check.rounding_step("bfloat16") == 2.0 ** -7
+    with pytest.raises(ValueError, match="unknown dtype 'fp33'; accepted: float32, float16, bfloat16"):
+        setup_check.exact_expected("fp33")
+
+
+@pytest.mark.parametrize("name", [n for n in profiles.names() if n != "cpu"])
+def test_no_reference_runs_where_the_profile_dtype_is_not_exact(name):
+    profile = profiles.load(name)
+    assert not setup_check.exact_expected(profile.dtype)
+    assert setup_check.references(profile, ["What is the capital of France?"]) == {}  # starts nothing
+
+
+def test_every_profile_dtype_is_known():
+    for name in profiles.names():
+        setup_check.rounding_step(profiles.load(name).dtype)
+
+
+def test_smallest_margins():
+    answer = Answer("", (1, 2), ("a", "b"), ((("a", -0.1), ("x", -0.5)), (("b", -1.0), ("y", -1.05))))
+    assert setup_check.smallest_margins([answer, Answer("", ())]) == [pytest.approx(0.05), None]
+
+
+def test_article_commands_text_lists_article_and_corrected_commands_only():
+    launch = pd.DataFrame([
+        {"command": "servelab, profile cpu, plain", "accepted": True, "checked": "vllm serve m"},
+        {"command": "article: one", "accepted": False, "checked": "vllm serve m --bad"},
+        {"command": "corrected: one", "accepted": True, "checked": "vllm serve m"},
+    ])
+    assert setup_check.article_commands_text(launch) == (
+        "# article: one -> rejected\nvllm serve m --bad\n\n# corrected: one -> accepted\nvllm serve m")
+
+
+def test_frontend_programs_source_is_the_marked_part_of_the_script():
+    text = setup_check.frontend_programs_source()
+    assert text.startswith("@sgl.function") and "multi_turn_agent" in text
+    assert setup_check.PROGRAMS_START not in text and setup_check.PROGRAMS_END not in text
+
+
+@pytest.mark.engine_venv
+def test_the_fp32_reference_gives_token_ids_and_the_fact(cpu, require_engine):
+    require_engine("vllm")
+    [answer] = setup_check.references(cpu, ["What is the capital of France?"])["transformers"]
+    assert "Paris" in answer.text and answer.token_ids and not answer.candidates
