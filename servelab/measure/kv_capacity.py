@@ -1,18 +1,27 @@
 """Chapter 01: the KV capacity an engine actually built for a budget, next to the planner's prediction.
 
 vLLM reports its block size and block count on `/metrics` (`vllm:cache_config_info`); SGLang
-reports the size of its token pool (`max_total_num_tokens`) on `/get_server_info`.
+reports the size of its token pool (`max_total_num_tokens`) and its page size on `/server_info`.
+vLLM's own defaults for sizing the cache come from its config classes, read inside its venv.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
+from servelab.engines.engine_side import script
 from servelab.engines.metrics import scrape
 from servelab.engines.server import Server
-from servelab.machine import models
+from servelab.machine import engine_envs, models
 from servelab.machine.model_shapes import ModelShape, served_model_shape
 from servelab.machine.profiles import Profile
+
+# vLLM's block pool holds its first block back as the "null block" (vllm/v1/core/block_pool.py), so
+# requests can use one block fewer than `num_gpu_blocks`; SGLang's token pool has an extra padding
+# slot 0 outside `max_total_num_tokens` (sglang/srt/mem_cache/allocator/token.py), so all of it is usable.
+RESERVED_BLOCKS = {"vllm": 1, "sglang": 0}
 
 
 def served_shape(profile: Profile) -> ModelShape:
@@ -20,23 +29,44 @@ def served_shape(profile: Profile) -> ModelShape:
     return served_model_shape(models.resolve(profile.model).source)
 
 
+def vllm_cache_defaults(profile: Profile) -> dict[str, Any]:
+    """vLLM's defaults for sizing its KV cache (`gpu_memory_utilization`, ...), from its own `EngineArgs`.
+
+    Runs `engine_side/vllm_cache_defaults.py` in the profile's vLLM venv; the kernel never imports vLLM.
+    """
+    python = engine_envs.get(profile.vllm_env).require().python
+    return engine_envs.run_script(python, script("vllm_cache_defaults.py"), timeout=300)
+
+
+def server_info(server: Server) -> dict[str, Any]:
+    """SGLang's `/server_info`: its resolved server arguments and per-scheduler internal states."""
+    if server.engine != "sglang":
+        raise ValueError(f"server_info is SGLang's endpoint; this server runs {server.engine!r}")
+    return httpx.get(f"{server.url}/server_info", timeout=30).json()
+
+
 def engine_capacity(server: Server) -> dict[str, int]:
-    """What a live server built: `block_size`, `blocks` and `tokens` of KV cache (SGLang: block size 1)."""
+    """What a live server built: `block_size`, `blocks` and `tokens` of KV cache, and the `usable` tokens.
+
+    `tokens` is what the engine reports (blocks x block size); `usable` leaves out the blocks the
+    engine holds back for itself (`RESERVED_BLOCKS`). SGLang's block is its page (`page_size`).
+    """
     if server.engine == "vllm":
         info = scrape(server.url).labels("vllm:cache_config_info")
         block_size, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
-        return {"block_size": block_size, "blocks": blocks, "tokens": block_size * blocks}
-    info = httpx.get(f"{server.url}/get_server_info", timeout=30).json()
-    tokens = int(_find(info, "max_total_num_tokens"))
-    page = int(info.get("page_size") or 1)
-    return {"block_size": page, "blocks": tokens // page, "tokens": tokens}
+    else:
+        info = server_info(server)
+        block_size = int(_find(info, "page_size"))
+        blocks = int(_find(info, "max_total_num_tokens")) // block_size
+    usable = (blocks - RESERVED_BLOCKS[server.engine]) * block_size
+    return {"block_size": block_size, "blocks": blocks, "tokens": block_size * blocks, "usable": usable}
 
 
-def _find(info: dict, key: str) -> object:
+def _find(info: dict, key: str) -> Any:
     """`key` in SGLang's server info, at the top or in its per-scheduler `internal_states`."""
     if key in info:
         return info[key]
     for state in info.get("internal_states") or []:
         if key in state:
             return state[key]
-    raise KeyError(f"SGLang's /get_server_info has no {key!r}; keys: {', '.join(info)}")
+    raise KeyError(f"SGLang's /server_info has no {key!r}; keys: {', '.join(info)}")
