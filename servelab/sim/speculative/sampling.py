@@ -1,7 +1,8 @@
 """Speculative sampling from scratch, in NumPy, on toy language models.
 
-The algorithm (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2, where the roles
-of the letters p and q are swapped). A cheap draft q proposes k tokens, one after the other; the
+The algorithm (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding";
+Chen et al. 2023, "Accelerating Large Language Model Decoding with Speculative Sampling", who swap
+the letters: their q is the target, p the draft). A cheap draft q proposes k tokens, one after the other; the
 target p scores all of them in one pass. Draft token x is accepted with probability
 ``min(1, p(x) / q(x))``, left to right. At the first rejection the target's token is drawn from the
 normalised residual ``max(0, p - q)`` and the step ends; if all k are accepted, one bonus token is

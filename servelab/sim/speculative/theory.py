@@ -24,7 +24,7 @@ The model and its simplifications, stated:
 
 Speculation can pay only when ``alpha > c`` (with ``v = 1``): ``E <= 1 + k alpha`` for every k, so
 ``alpha <= c`` gives a factor of at most 1; and ``k = 1`` gives ``(1 + alpha) / (1 + c) > 1`` when
-``alpha > c``. Leviathan et al. state the same condition and bound.
+``alpha > c``. Leviathan et al. state the sufficient direction with that bound.
 """
 
 from __future__ import annotations
