@@ -14,6 +14,7 @@ from servelab.measure.chunked_prefill import (
     StreamRun,
     StreamSpec,
     budget_options,
+    calibrate,
     decode_sample,
     prefill_samples,
     prompt_ids,
@@ -80,6 +81,14 @@ def test_calibration_samples_from_synthetic_timings_fit_the_model_that_made_them
             samples.append(sample)
     model = fit_cost_model(samples)
     assert np.allclose(model.coefficients(), [step, per_token, per_decode, per_context, overhead], rtol=1e-6)
+
+
+def test_a_prompt_longer_than_the_budget_is_several_prefill_steps():
+    run = _run({"p": [1.0], "q": [2.0]}, {"p": 0.0, "q": 1.5}, {"p": 1000, "q": 512})
+    assert [s.steps for s in prefill_samples(run, budget=512)] == [2, 1]
+    assert [s.steps for s in prefill_samples(run)] == [1, 1]
+    with pytest.raises(ValueError, match="budget must be >= 1"):
+        prefill_samples(run, budget=0)
 
 
 def test_decode_sample_needs_overlapping_streams():
@@ -180,3 +189,13 @@ def test_stream_tokens_refuses_bad_specs_before_sending_anything():
         stream_tokens(endpoint, [StreamSpec("a", [1], 1), StreamSpec("a", [1], 1)])
     with pytest.raises(ValueError, match="after=\\('b', 2\\) must name another spec"):
         stream_tokens(endpoint, [StreamSpec("a", [1], 1, after=("b", 2))])
+
+
+def test_calibrate_turns_live_timings_into_prefill_and_decode_samples(fake_server):
+    samples = calibrate(fake_server, prompt_lengths=[40], batch_sizes=[2], contexts=[8], budget=32,
+                        decode_tokens=6, repeats=2, progress=False)
+    assert samples["source"].tolist() == ["prefill", "prefill", "decode"]
+    prefill, decode = samples.iloc[0], samples.iloc[2]
+    assert prefill.prefill_tokens == 40 and prefill.steps == 2 and prefill.requests == 1
+    assert decode.decodes == 2 and decode.seconds == pytest.approx(TOKEN_GAP_S, rel=0.5)
+    assert 2 * 8 < decode.decode_context_tokens < 2 * (8 + 6)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from openai import AsyncOpenAI
+from tqdm import tqdm
 
 from servelab.engines.client import Endpoint
 from servelab.sim.chunked_prefill import LONG, Scenario, StepSample, itl_summary, stream_name
@@ -153,10 +154,16 @@ def scenario_specs(scenario: Scenario, seed: int = 0) -> list[StreamSpec]:
                                scenario.long_output_tokens, after=(stream_name(0), scenario.warmup_tokens))]
 
 
-def prefill_samples(run: StreamRun) -> list[StepSample]:
-    """One sample per request of a run whose requests ran alone: its TTFT = one prefill + its overhead."""
+def prefill_samples(run: StreamRun, budget: int | None = None) -> list[StepSample]:
+    """One sample per request of a run whose requests ran alone: its TTFT = its prefill + its overhead.
+
+    Alone, a prompt of P tokens takes ``ceil(P / budget)`` steps (one without a ``budget``).
+    """
+    if budget is not None and budget < 1:
+        raise ValueError(f"budget must be >= 1 token or None, got {budget}")
     times = token_times(run.chunks)
-    return [StepSample(float(times[r.request][0] - r.sent_s), prefill_tokens=int(r.prompt_tokens), requests=1)
+    return [StepSample(float(times[r.request][0] - r.sent_s), prefill_tokens=int(r.prompt_tokens), requests=1,
+                       steps=-(-int(r.prompt_tokens) // budget) if budget else 1)
             for r in run.requests.itertuples()]
 
 
@@ -179,21 +186,29 @@ def decode_sample(run: StreamRun) -> StepSample:
 
 
 def calibrate(server: Endpoint, *, prompt_lengths: Sequence[int], batch_sizes: Sequence[int],
-              contexts: Sequence[int], decode_tokens: int = 24, repeats: int = 3, seed: int = 0) -> pd.DataFrame:
-    """Step-cost samples from a live server: each prompt length alone ``repeats`` times, then each
-    (batch size, context) decoding ``decode_tokens`` tokens together; one warm-up request first.
-
-    Prompt lengths must fit one step of the server's budget, or the TTFT holds several steps.
-    """
+              contexts: Sequence[int], budget: int | None, decode_tokens: int = 24, repeats: int = 3,
+              seed: int = 0, progress: bool = True) -> pd.DataFrame:
+    """Step-cost samples from a live server whose step budget is ``budget`` tokens: each prompt length
+    alone ``repeats`` times, then each (batch size, context) decoding ``decode_tokens`` tokens together;
+    one warm-up request first. One row per sample, ``source`` prefill or decode."""
+    prefills = [p for p in prompt_lengths for _ in range(repeats)]
+    batches = [(b, c) for b in batch_sizes for c in contexts]
+    if not prefills or not batches:
+        raise ValueError("calibration needs prompt_lengths, batch_sizes and contexts (and repeats >= 1)")
+    bar = tqdm(total=1 + len(prefills) + len(batches), desc="calibrating step costs", disable=not progress)
     stream_tokens(server, [StreamSpec("warm-up", prompt_ids(16, seed * 10_000 + 9_999), 2)])
+    bar.update()
     rows = []
-    for i, length in enumerate(p for p in prompt_lengths for _ in range(repeats)):
+    for i, length in enumerate(prefills):
         run = stream_tokens(server, [StreamSpec("prefill", prompt_ids(length, seed * 10_000 + i), 1)])
-        rows += [{"source": "prefill", **vars(s)} for s in prefill_samples(run)]
-    for j, (batch, context) in enumerate((b, c) for b in batch_sizes for c in contexts):
+        rows += [{"source": "prefill", **vars(s)} for s in prefill_samples(run, budget)]
+        bar.update()
+    for j, (batch, context) in enumerate(batches):
         specs = [StreamSpec(f"decode {k}", prompt_ids(context, seed * 10_000 + 5000 + 100 * j + k), decode_tokens)
                  for k in range(batch)]
         rows.append({"source": "decode", **vars(decode_sample(stream_tokens(server, specs)))})
+        bar.update()
+    bar.close()
     return pd.DataFrame(rows)
 
 
