@@ -146,3 +146,10 @@ def test_the_fp32_reference_gives_token_ids_and_the_fact(cpu, require_engine):
     require_engine("vllm")
     [answer] = setup_check.references(cpu, ["What is the capital of France?"])["transformers"]
     assert "Paris" in answer.text and answer.token_ids and not answer.candidates
+
+
+def test_answers_table_has_each_sources_text_and_the_first_sources_margin():
+    a = Answer("Paris.", (1,), ("Paris.",), ((("Paris.", -0.1), ("Lyon.", -0.4)),))
+    table = setup_check.answers_table(["q"], {"vLLM": [a], "transformers": [Answer("Paris.", (1,))]})
+    assert list(table.columns) == ["question", "vLLM", "transformers", "smallest margin, vLLM (nats)"]
+    assert table.iloc[0, -1] == pytest.approx(0.3)

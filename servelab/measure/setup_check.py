@@ -271,3 +271,10 @@ def article_commands_text(launch: pd.DataFrame) -> str:
     rows = launch[launch.command.str.startswith(("article", "corrected"))]
     return "\n\n".join(f"# {r.command} -> {'accepted' if r.accepted else 'rejected'}\n{r.checked}"
                        for r in rows.itertuples())
+
+
+def answers_table(questions: Sequence[str], answers: dict[str, list[Answer]]) -> pd.DataFrame:
+    """One row per question: each source's text, and the first source's smallest margin over its runner-up."""
+    (first, given), *_ = answers.items()
+    return pd.DataFrame({"question": list(questions), **{name: [a.text for a in v] for name, v in answers.items()},
+                         f"smallest margin, {first} (nats)": smallest_margins(given)})
