@@ -1,0 +1,72 @@
+"""Pictures of mechanisms drawn from their state: block tables of a `BlockAllocator`.
+
+`draw_block_tables` draws every block-table entry (sequence, logical block) on the left and the pool of physical blocks
+on the right, an arrow for every block-table entry, each physical block with its reference count and
+how many of its slots hold tokens (fill/size), shared blocks in one colour, and the copies made by copy-on-write
+as dashed arrows from the source block to its copy. Everything comes from the allocator's public
+queries, so the picture cannot disagree with the state it shows.
+"""
+
+from __future__ import annotations
+
+from matplotlib import pyplot as plt
+from matplotlib.lines import Line2D
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from servelab.book.plots import label
+from servelab.sim.paging import BlockAllocator
+
+FREE, PRIVATE, SHARED, LOGICAL = "#f2f2f2", "#9ecae1", "#fdae6b", "#ffffff"
+
+
+def draw_block_tables(alloc: BlockAllocator, title: str = "", ax: plt.Axes | None = None) -> plt.Axes:
+    """Draw `alloc`'s block tables (logical -> physical), refcounts, fill and copy-on-write copies."""
+    if ax is None:
+        rows = max(alloc.num_blocks, sum(len(alloc.block_table(s)) for s in alloc.sequences()), 1)
+        _, ax = plt.subplots(figsize=(8, max(2.5, 0.45 * rows + 1)))
+    bs = alloc.block_size
+    phys_x, width, height = 6.0, 1.6, 0.8
+    phys_y = {b: alloc.num_blocks - 1 - b for b in range(alloc.num_blocks)}  # block 0 at the top
+    fill = _fill(alloc)
+    for b, y in phys_y.items():
+        rc = alloc.refcount(b)
+        colour = FREE if rc == 0 else SHARED if rc > 1 else PRIVATE
+        ax.add_patch(Rectangle((phys_x, y), width, height, facecolor=colour, edgecolor="black"))
+        text = f"#{b}  rc={rc}  {fill.get(b, 0)}/{bs}" if rc else f"#{b}  {label('free')}"
+        ax.text(phys_x + width / 2, y + height / 2, text, ha="center", va="center", fontsize=8)
+    entries = [(seq, i, b) for seq in alloc.sequences() for i, b in enumerate(alloc.block_table(seq))]
+    top = max(alloc.num_blocks, len(entries)) - 1
+    for k, (seq, i, b) in enumerate(entries):
+        y = top - k
+        ax.add_patch(Rectangle((0, y), 1.6, height, facecolor=LOGICAL, edgecolor="black"))
+        ax.text(0.8, y + height / 2, f"{seq} · {i}", ha="center", va="center", fontsize=8)
+        ax.add_patch(FancyArrowPatch((1.6, y + height / 2), (phys_x, phys_y[b] + height / 2),
+                                     arrowstyle="->", mutation_scale=10, color="grey", lw=0.8))
+    row = top - len(entries)
+    for cow in alloc.copies:
+        ax.add_patch(FancyArrowPatch((phys_x + width, phys_y[cow.src] + height / 2),
+                                     (phys_x + width, phys_y[cow.dst] + height / 2), connectionstyle="arc3,rad=-0.5",
+                                     arrowstyle="->", mutation_scale=10, color="tab:red", lw=1.2, linestyle="--"))
+    head = max(alloc.num_blocks, len(entries)) + 0.2
+    ax.text(phys_x + width / 2, head, label("physical blocks"), ha="center", fontsize=9)
+    ax.text(0.8, head, label("block tables: sequence · logical block"), ha="center", fontsize=9)
+    ax.set_xlim(-0.5, phys_x + width + 3.2)
+    ax.set_ylim(min(row, -0.5), head + 0.6)
+    ax.axis("off")
+    if title:
+        ax.set_title(label(title))
+    handles = [Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black") for c in (PRIVATE, SHARED, FREE)]
+    handles.append(Line2D([0, 1], [0, 0], color="tab:red", linestyle="--"))
+    ax.legend(handles, [label("one owner"), label("shared (rc > 1)"), label("free"), label("copy-on-write")],
+              loc="center right", fontsize=8, frameon=False)
+    return ax
+
+
+def _fill(alloc: BlockAllocator) -> dict[int, int]:
+    """Tokens written into each used physical block, from the block tables and sequence lengths."""
+    bs, out = alloc.block_size, {}
+    for seq in alloc.sequences():
+        table, n = alloc.block_table(seq), alloc.num_tokens(seq)
+        for i, b in enumerate(table):
+            out[b] = min(bs, n - i * bs)
+    return out

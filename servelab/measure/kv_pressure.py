@@ -1,0 +1,196 @@
+"""Chapter 02: what an engine does when its KV budget runs out, measured token by token.
+
+`run_pressure` sends every prompt at once, streams the answers and records when each token arrived,
+while a Sampler reads the engine's gauges. The gauges are renamed to one vocabulary for both engines
+(`GAUGES`): vLLM preempts (its counter `vllm:num_preemptions`), SGLang retracts
+(`sglang:num_retracted_requests`). A request that was sent back to the queue shows in its own stream
+as a pause in which the other requests kept receiving tokens (`pauses`), which dates each eviction
+where it happened; vLLM's counter only moves once the preempted request runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from openai import AsyncOpenAI
+
+from servelab.engines.metrics import Sampler, scrape
+from servelab.engines.server import Server
+from servelab.sim.paging import simulate
+
+# One vocabulary for both engines' gauges and counters (names as in each engine's /metrics).
+GAUGES = {
+    "vllm": {"kv_used": "vllm:kv_cache_usage_perc", "running": "vllm:num_requests_running",
+             "waiting": "vllm:num_requests_waiting", "evictions": "vllm:num_preemptions",
+             "cached_tokens": "vllm:prefix_cache_hits"},
+    "sglang": {"kv_used": "sglang:token_usage", "running": "sglang:num_running_reqs",
+               "waiting": "sglang:num_queue_reqs", "evictions": "sglang:num_retracted_requests",
+               "cached_tokens": "sglang:cached_tokens"},
+}
+COUNTERS = ("evictions", "cached_tokens")
+MIN_MISSED_STEPS = 3  # a gap counts as a pause when another request received this many tokens meanwhile
+
+
+def pressure_output_tokens(kv_tokens: int, requests: int, prompt_tokens: int, overfill: float) -> int:
+    """Answer length at which `requests` requests of `prompt_tokens` + answer need `overfill` x `kv_tokens`."""
+    if not overfill > 1:
+        raise ValueError(f"overfill must be > 1 (how many times the budget the requests need), got {overfill!r}")
+    out = int(overfill * kv_tokens) // requests - prompt_tokens
+    if out < 1:
+        raise ValueError(f"{requests} prompts of {prompt_tokens} tokens already need more than {overfill} x "
+                         f"kv_tokens={kv_tokens}; use fewer requests or shorter prompts")
+    return out
+
+
+def reservation_fit(kv_tokens: int, max_len: int, need: int) -> dict[str, int]:
+    """How many requests contiguous reservation runs at once in `kv_tokens`: a `max_len` slab or `need` each."""
+    return {"max_len": kv_tokens // max_len, "exact": kv_tokens // need}
+
+
+class _Sampler(Sampler):
+    """A Sampler that reads a counter the engine has not created yet as 0.
+
+    SGLang creates a labelled counter such as `sglang:num_retracted_requests_total` at its first
+    increment, so before the first retraction the series is absent from /metrics.
+    """
+
+    def __init__(self, base_url: str, names: list[str], counters: list[str], every_s: float) -> None:
+        super().__init__(base_url, names, every_s)
+        self.counters = set(counters)
+
+    def _sample(self, t0: float) -> None:
+        metrics, row = scrape(self.base_url), {"t_s": time.perf_counter() - t0}
+        for name in self.names:
+            try:
+                row[name] = metrics.value(name)
+            except KeyError:
+                if name not in self.counters:
+                    raise
+                row[name] = 0.0
+        self.rows.append(row)
+
+
+@dataclass(frozen=True)
+class PressureRun:
+    """One pressure run: per request, per token (`req`, `t_s`), and the sampled gauges (`t_s`, GAUGES keys)."""
+
+    engine: str
+    requests: pd.DataFrame
+    tokens: pd.DataFrame
+    timeline: pd.DataFrame
+
+
+async def _stream(client: AsyncOpenAI, model: str, i: int, prompt: str, t0: float, max_tokens: int,
+                  extra: dict) -> tuple[dict, list[float]]:
+    times: list[float] = []
+    usage = None
+    sent = time.perf_counter() - t0
+    stream = await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
+        stream=True, stream_options={"include_usage": True}, extra_body=extra)
+    async for chunk in stream:
+        if any(c.delta.content for c in chunk.choices):
+            times.append(time.perf_counter() - t0)
+        usage = chunk.usage or usage
+    return {"req": i, "sent_s": sent, "prompt_tokens": usage.prompt_tokens if usage else 0,
+            "completion_tokens": usage.completion_tokens if usage else 0}, times
+
+
+async def _all(server: Server, prompts: Sequence[str], max_tokens: int, extra: dict, t0: float) -> list:
+    client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
+    try:
+        await _stream(client, server.served_model, -1, "Hello", t0, 1, {})  # warm the client and the server
+        return await asyncio.gather(*(_stream(client, server.served_model, i, p, t0, max_tokens, extra)
+                                      for i, p in enumerate(prompts)))
+    finally:
+        await client.close()
+
+
+def run_pressure(server: Server, prompts: Sequence[str], max_tokens: int, every_s: float = 0.25) -> PressureRun:
+    """Send all `prompts` at once, greedy, each answer exactly `max_tokens` long; gauges every `every_s` s.
+
+    The length is forced with `min_tokens` (end-of-sequence is refused until then), not `ignore_eos`:
+    SGLang reserves the whole answer at admission for `ignore_eos` requests (their length is known),
+    and would then never run out of KV (`schedule_policy.py`, "Fixed-length requests cannot benefit
+    from the early-EOS estimate").
+    """
+    names = GAUGES[server.engine]
+    extra = {"min_tokens": max_tokens}
+    t0 = time.perf_counter()  # the Sampler's clock starts a few milliseconds later, in its thread
+    counters = [names[c] for c in COUNTERS]
+    with _Sampler(server.url, list(names.values()), counters, every_s) as sampler:
+        coro = _all(server, prompts, max_tokens, extra, t0)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # works inside Jupyter's running loop too
+            answers = pool.submit(asyncio.run, coro).result()
+    zero = min(row["sent_s"] for row, _ in answers)  # times from the moment the requests were sent
+    timeline = sampler.frame().rename(columns={v: k for k, v in names.items()})
+    timeline["t_s"] -= zero
+    rows, tokens = [], []
+    for row, times in answers:
+        times = [t - zero for t in times]
+        rows.append({**row, "sent_s": row["sent_s"] - zero, "first_token_s": times[0] if times else np.nan,
+                     "finish_s": times[-1] if times else np.nan})
+        tokens += [{"req": row["req"], "t_s": t} for t in times]
+    return PressureRun(server.engine, pd.DataFrame(rows), pd.DataFrame(tokens), timeline)
+
+
+def pauses(tokens: pd.DataFrame, min_missed: int = MIN_MISSED_STEPS) -> pd.DataFrame:
+    """Stretches in which a request received no token while another received at least `min_missed`.
+
+    Engines decode every running request once per step, so a request that misses several steps that
+    others ran was not running: it had been preempted (vLLM) or retracted (SGLang) and waited to be
+    readmitted. One row per pause: `req`, `start_s` (its last token before), `end_s` (its next token).
+    """
+    by_req = {r: np.sort(g["t_s"].to_numpy()) for r, g in tokens.groupby("req")}
+    rows = []
+    for r, times in by_req.items():
+        others = [t for q, t in by_req.items() if q != r]
+        for a, b in zip(times[:-1], times[1:], strict=True):
+            got = max((int(np.searchsorted(t, b) - np.searchsorted(t, a, side="right")) for t in others),
+                      default=0)
+            if got >= min_missed:
+                rows.append({"req": r, "start_s": float(a), "end_s": float(b)})
+    return pd.DataFrame(rows, columns=["req", "start_s", "end_s"])
+
+
+def gauge_evictions(timeline: pd.DataFrame) -> pd.DataFrame:
+    """Samples at which the running gauge fell while the waiting gauge rose: requests sent back to the queue.
+
+    `moved` is the smaller of the two changes. A sample can hide an eviction that was followed by a
+    readmission before the next sample, so this is a lower bound on what happened, dated to within one
+    sampling interval.
+    """
+    d_run = timeline["running"].diff()
+    d_wait = timeline["waiting"].diff()
+    hit = (d_run < 0) & (d_wait > 0)
+    moved = np.minimum(-d_run[hit], d_wait[hit]).astype(int)
+    return pd.DataFrame({"t_s": timeline["t_s"][hit].to_numpy(), "moved": moved.to_numpy()})
+
+
+def busy_mean_running(timeline: pd.DataFrame) -> float:
+    """Time-averaged number of running requests over the samples in which any request was in the engine."""
+    dt = timeline["t_s"].diff().shift(-1).fillna(0.0)  # each sample holds until the next one
+    busy = (timeline["running"] + timeline["waiting"]) > 0
+    weight = dt[busy]
+    if weight.sum() <= 0:
+        raise ValueError("the timeline has no busy sample; nothing ran while it was sampled")
+    return float((timeline["running"][busy] * weight).sum() / weight.sum())
+
+
+def simulated_pressure(prompt_tokens: Sequence[int], output_tokens: int, *, block_size: int, blocks: int,
+                       max_len: int) -> dict[str, float]:
+    """The same requests, all arriving at step 0, in the from-scratch paged simulator with `blocks` blocks.
+
+    Pass the blocks the engine can hand out (vLLM: its block count less the null block). The simulator
+    counts steps, not seconds, and prefill and recomputation cost it nothing.
+    """
+    reqs = pd.DataFrame({"arrival": 0, "prompt_len": list(prompt_tokens), "output_len": output_tokens})
+    summary = simulate(reqs, f"paged:{block_size}", blocks * block_size, max_len=max_len).summary
+    return {"mean_batch": float(summary["mean_batch"]), "max_batch": int(summary["max_batch"]),
+            "preemptions": int(summary["preemptions"])}

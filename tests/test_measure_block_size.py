@@ -1,0 +1,47 @@
+"""Which block sizes chapter 02 compares and probes, and reading an engine's refusal from its log."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.measure import block_size as bsz
+
+
+@pytest.mark.parametrize(("default", "other"), [(128, 64), (16, 32), (64, 32), (32, 64), (256, 128)])
+def test_the_second_block_size_is_accepted_by_every_backend(default: int, other: int) -> None:
+    got = bsz.comparison_block_size(default)
+    assert got == other and got % bsz.COARSEST_GRANULE == 0 and got != default
+
+
+def test_the_probe_is_the_papers_16_unless_that_is_the_default() -> None:
+    assert bsz.probe_block_size(128) == 16
+    assert bsz.probe_block_size(16) == 8
+    with pytest.raises(ValueError, match="default must be an integer >= 1"):
+        bsz.probe_block_size(0)
+
+
+@pytest.mark.parametrize(("small", "large"), [(64, 128), (16, 32), (32, 128)])
+@pytest.mark.parametrize("about", [1, 300, 1000, 4000])
+def test_the_sharing_prompt_makes_the_smaller_block_share_more(about: int, small: int, large: int) -> None:
+    n = bsz.sharing_prompt_tokens(about, small, large)
+    assert bsz.shared_prompt_tokens(n, small) >= bsz.shared_prompt_tokens(n, large) + small
+    assert abs(n - about) <= large or n < large * 2
+
+
+def test_shared_tokens_stop_one_token_short_of_the_prompt() -> None:
+    assert bsz.shared_prompt_tokens(1024, 128) == 896  # a full last block is not a hit: at most 1023 tokens
+    assert bsz.shared_prompt_tokens(1025, 128) == 1024
+    with pytest.raises(ValueError, match="must be a multiple"):
+        bsz.sharing_prompt_tokens(1000, 48, 128)
+
+
+def test_first_error_line_skips_warnings_that_mention_errors() -> None:
+    log = "\n".join([
+        "(APIServer pid=1) WARNING 11-30 [x.py:1] This can cause fd limit errors like `OSError: [Errno 24]`",
+        "(Worker pid=2) ERROR 11-30 12:46:00 [multiproc_executor.py:1063]     raise ValueError(",
+        "(Worker pid=2) ERROR 11-30 12:46:00 [multiproc_executor.py:1063] ValueError: No common block size for 16 "
+        "(CPU_ATTN: [MultipleOf(32)]).",
+        "RuntimeError: Engine core initialization failed.",
+    ])
+    assert bsz.first_error_line(log) == "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)])."
+    assert bsz.first_error_line("all good\n") == ""

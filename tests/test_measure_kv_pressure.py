@@ -1,0 +1,58 @@
+"""Chapter 02's measurement helpers that need no engine: sizes, pauses, evictions seen in gauges, the simulator."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from servelab.measure import kv_pressure as kp
+
+
+def test_output_tokens_make_the_requests_need_overfill_times_the_budget() -> None:
+    out = kp.pressure_output_tokens(4096, 12, 341, 1.5)
+    assert out == 171 and 12 * (341 + out) <= 1.5 * 4096 < 12 * (341 + out + 1)
+    with pytest.raises(ValueError, match="overfill must be > 1"):
+        kp.pressure_output_tokens(4096, 12, 341, 1.0)
+    with pytest.raises(ValueError, match="already need more than"):
+        kp.pressure_output_tokens(1000, 12, 341, 1.5)
+
+
+def test_reservation_fit_counts_whole_slabs() -> None:
+    assert kp.reservation_fit(4096, 2048, 512) == {"max_len": 2, "exact": 8}
+    assert kp.reservation_fit(4095, 2048, 512) == {"max_len": 1, "exact": 7}
+
+
+def _tokens(streams: dict[int, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"req": r, "t_s": t} for r, ts in streams.items() for t in ts])
+
+
+def test_a_request_that_misses_steps_others_ran_has_a_pause() -> None:
+    steps = [0.1 * k for k in range(1, 21)]
+    streams = {0: steps, 1: steps[:5] + steps[12:]}  # request 1 sat out steps 6..12
+    found = kp.pauses(_tokens(streams))
+    assert found.to_dict("records") == [{"req": 1, "start_s": steps[4], "end_s": steps[12]}]
+
+
+def test_slow_steps_for_everyone_are_not_pauses() -> None:
+    times = [0.1, 0.2, 2.0, 2.1, 2.2]  # one long step (a prefill) delays every request alike
+    assert kp.pauses(_tokens({0: times, 1: [t + 0.01 for t in times]})).empty
+
+
+def test_gauge_evictions_are_running_to_waiting_moves() -> None:
+    timeline = pd.DataFrame({"t_s": [0, 1, 2, 3, 4], "running": [0, 10, 7, 9, 9], "waiting": [12, 2, 5, 3, 4]})
+    moves = kp.gauge_evictions(timeline)
+    assert moves.to_dict("records") == [{"t_s": 2, "moved": 3}]
+
+
+def test_busy_mean_weights_samples_by_time_and_skips_idle_ones() -> None:
+    timeline = pd.DataFrame({"t_s": [0.0, 1.0, 4.0, 5.0, 6.0], "running": [0, 2, 6, 0, 0], "waiting": [0, 0, 0, 0, 0]})
+    assert kp.busy_mean_running(timeline) == pytest.approx((2 * 3 + 6 * 1) / 4)
+    with pytest.raises(ValueError, match="no busy sample"):
+        kp.busy_mean_running(timeline.assign(running=0))
+
+
+def test_simulated_pressure_preempts_only_when_the_blocks_run_out() -> None:
+    tight = kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=31, max_len=2048)
+    roomy = kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=48, max_len=2048)
+    assert tight["preemptions"] > 0 and tight["max_batch"] < 12
+    assert roomy == {"mean_batch": 12.0, "max_batch": 12, "preemptions": 0}
