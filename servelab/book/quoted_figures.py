@@ -238,3 +238,31 @@ def figures_table() -> pd.DataFrame:
         for k, f in {**PAPER_FIGURES, **BLOG_FIGURES}.items()
     ]
     return pd.DataFrame(rows)
+
+
+def quote_markdown(*keys: str) -> str:
+    """The figures `keys` as Markdown: each quote in full, with its value, where it is, and its source.
+
+    Meant for `IPython.display.Markdown(...)`, so the rendered book shows the words that were quoted,
+    not a table cell cut to a column width.
+    """
+    figures = {**PAPER_FIGURES, **BLOG_FIGURES}
+    unknown = [k for k in keys if k not in figures]
+    if unknown or not keys:
+        raise ValueError(f"unknown figure(s) {unknown or '(none given)'}; accepted: {', '.join(figures)}")
+    parts = []
+    for k in keys:
+        f = figures[k]
+        parts.append(f"> {f.quote}\n>\n> — {f.source}, {f.where}. *{f.value}*: {f.measures}.")
+    return "\n\n".join(parts)
+
+
+FIG2_SEGMENTS = ("token states", "reservation", "internal frag.", "external frag. & others")
+
+
+def fig2_breakdown() -> pd.DataFrame:
+    """Fig. 2's bar labels as a table: one row per system, one column per segment (%), NaN where unlabelled."""
+    numbers = PAPER_FIGURES["fig2_breakdown"].numbers
+    systems = list(dict.fromkeys(k.split("/")[0] for k in numbers))
+    return pd.DataFrame([[numbers.get(f"{s}/{seg}", float("nan")) for seg in FIG2_SEGMENTS] for s in systems],
+                        index=pd.Index(systems, name="system"), columns=list(FIG2_SEGMENTS))
