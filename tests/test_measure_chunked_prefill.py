@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from servelab.measure import chunked_prefill_live as live
 from servelab.measure.chunked_prefill import (
     CHUNK_COLUMNS,
     VOCAB_RANGE,
@@ -23,7 +24,8 @@ from servelab.measure.chunked_prefill import (
     token_times,
     window_stats,
 )
-from servelab.sim.chunked_prefill import LONG, Scenario, fit_cost_model
+from servelab.sim.chunked_prefill import LONG, CostModel, Scenario, fit_cost_model, run_scenario
+from servelab.sim.chunked_prefill import window_stats as sim_window_stats
 
 
 def _run(streams: dict[str, list[float]], sent: dict[str, float], prompts: dict[str, int]) -> StreamRun:
@@ -199,3 +201,70 @@ def test_calibrate_turns_live_timings_into_prefill_and_decode_samples(fake_serve
     assert prefill.prefill_tokens == 40 and prefill.steps == 2 and prefill.requests == 1
     assert decode.decodes == 2 and decode.seconds == pytest.approx(TOKEN_GAP_S, rel=0.5)
     assert 2 * 8 < decode.decode_context_tokens < 2 * (8 + 6)
+
+
+# ---- chunked_prefill_live: configs, scenario sizing, prediction against measurement, the budget rule ----
+
+COST = CostModel(step_s=0.03, prefill_token_s=0.002, decode_s=0.002, context_token_s=1e-6, request_s=0.01)
+
+
+def test_live_configs_become_each_engines_flags_and_the_same_scheduler():
+    thr = live.LiveConfig("vllm", 256, long_prefill_token_threshold=32)
+    assert thr.options() == {"max_num_batched_tokens": 256, "long_prefill_token_threshold": 32}
+    assert thr.scheduler().long_prefill_token_threshold == 32 and thr.scheduler().budget == 256
+    mixed = live.LiveConfig("sglang", 32, mixed_chunk=True)
+    assert mixed.options() == {"chunked_prefill_size": 32, "enable_mixed_chunk": True}
+    assert mixed.scheduler().engine == "sglang" and mixed.scheduler().mixed_chunk
+    assert len({thr.label, mixed.label, live.LiveConfig("vllm", 256).label, live.LiveConfig("sglang", 32).label}) == 4
+
+
+def test_scenario_for_keeps_the_streams_decoding_through_the_slowest_prefill():
+    sc = live.scenario_for(2048, 32, streams=4, stream_prompt_tokens=32, long_prompt_fraction=0.5)
+    assert sc.long_prompt_tokens == 1024
+    # at the smallest budget the simulator's window ends before any stream does (window_stats would raise)
+    stats = sim_window_stats(run_scenario(sc, live.LiveConfig("vllm", 32).scheduler(), COST))
+    assert stats["long_prefill_steps"] == -(-1024 // (32 - 4))
+    with pytest.raises(ValueError, match="must exceed the streams"):
+        live.scenario_for(2048, 4, streams=4, stream_prompt_tokens=32, long_prompt_fraction=0.5)
+    with pytest.raises(ValueError, match="long_prompt_fraction"):
+        live.scenario_for(2048, 32, streams=4, stream_prompt_tokens=32, long_prompt_fraction=1.5)
+
+
+def test_predict_and_errors_compare_the_simulator_with_a_measurement_row_by_row():
+    sc = live.scenario_for(1024, 32, streams=2, stream_prompt_tokens=16, long_prompt_fraction=0.25)
+    configs = [live.LiveConfig("vllm", 32), live.LiveConfig("vllm", 128)]
+    predicted = live.predict(configs, sc, {"vllm": COST})
+    measured = predicted[["config", *live.METRICS]].copy()
+    measured[list(live.METRICS)] *= 2.0  # a measurement twice as slow as predicted
+    table = live.errors(measured, predicted)
+    assert len(table) == len(configs) * len(live.METRICS)
+    assert np.allclose(table.rel_error, -0.5)
+    # the larger budget: longer gaps for the streams, shorter TTFT for the long prompt
+    small, large = predicted.set_index("config").loc[[c.label for c in configs]].itertuples()
+    assert large.itl_p99_s > small.itl_p99_s and large.long_ttft_s < small.long_ttft_s
+    with pytest.raises(ValueError, match="no cost model for sglang"):
+        live.predict([live.LiveConfig("sglang", 32)], sc, {"vllm": COST})
+
+
+def test_budget_for_itl_is_the_largest_budget_whose_step_fits_the_target():
+    context = 4 * 64
+    target = COST.step_seconds(100, 4, context) + 1e-9
+    budget = live.budget_for_itl(COST, target, decodes=4, decode_context_tokens=context)
+    assert budget == 104
+    assert COST.step_seconds(budget - 4, 4, context) <= target < COST.step_seconds(budget + 1 - 4, 4, context)
+    with pytest.raises(ValueError, match="no room"):
+        live.budget_for_itl(COST, COST.step_seconds(0, 4, context), decodes=4, decode_context_tokens=context)
+
+
+@pytest.mark.engine_venv
+def test_engine_defaults_come_from_both_engines_own_code(require_engine, cpu):
+    require_engine("vllm")
+    require_engine("sglang")
+    defaults = live.engine_defaults(cpu)
+    assert defaults["vllm"]["partial_prefill_fields"] == []
+    assert defaults["vllm"]["EngineArgs.long_prefill_token_threshold"] == 0
+    serve, llm = (defaults["vllm"]["default_max_num_batched_tokens"]["1"][k] for k in ("serve", "LLM class"))
+    assert 0 < serve <= llm
+    assert defaults["sglang"]["field default chunked_prefill_size"] is None
+    assert defaults["sglang"]["resolved chunked_prefill_size"] > 0
+    assert defaults["sglang"]["resolved enable_mixed_chunk"] is False
