@@ -56,3 +56,24 @@ def test_simulated_pressure_preempts_only_when_the_blocks_run_out() -> None:
     roomy = kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=48, max_len=2048)
     assert tight["preemptions"] > 0 and tight["max_batch"] < 12
     assert roomy == {"mean_batch": 12.0, "max_batch": 12, "preemptions": 0}
+
+
+def test_simulated_pressure_stores_all_but_the_last_token_like_an_engine() -> None:
+    # 12 requests of 512 tokens: the engine stores 511 of each, 4 blocks of 128, 48 in all
+    assert kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=48, max_len=2048)["preemptions"] == 0
+    assert kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=47, max_len=2048)["preemptions"] > 0
+    with pytest.raises(ValueError, match="output_tokens must be >= 2"):
+        kp.simulated_pressure([10], 1, block_size=16, blocks=200, max_len=2048)
+
+
+class _FakeServer:
+    engine, port = "vllm", 1
+
+    def __init__(self, argv: list[str]) -> None:
+        self.spec = type("Spec", (), {"argv": argv})()
+
+
+def test_budget_bytes_reads_the_launch_flag() -> None:
+    assert kp.budget_bytes(_FakeServer(["vllm", "serve", "--kv-cache-memory-bytes", "1234"])) == 1234
+    with pytest.raises(ValueError, match="no --kv-cache-memory-bytes"):
+        kp.budget_bytes(_FakeServer(["vllm", "serve"]))

@@ -1,19 +1,25 @@
-"""Pictures of mechanisms drawn from their state: block tables of a `BlockAllocator`.
+"""Pictures drawn from recorded state: block tables of a `BlockAllocator`, and a KV-pressure run.
 
 `draw_block_tables` draws every block-table entry (sequence, logical block) on the left and the pool of physical blocks
 on the right, an arrow for every block-table entry, each physical block with its reference count and
 how many of its slots hold tokens (fill/size), shared blocks in one colour, and the copies made by copy-on-write
 as dashed arrows from the source block to its copy. Everything comes from the allocator's public
 queries, so the picture cannot disagree with the state it shows.
+
+`plot_pressure` and `plot_request_lanes` draw a `servelab.measure.kv_pressure.PressureRun`: the
+engine's gauges over time with each eviction marked where the evicted request's own stream paused,
+and one lane per request (queued, generating, paused).
 """
 
 from __future__ import annotations
 
+import pandas as pd
 from matplotlib import pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from servelab.book.plots import label
+from servelab.book.plots import axes, label
+from servelab.measure.kv_pressure import PressureRun
 from servelab.sim.paging import BlockAllocator
 
 FREE, PRIVATE, SHARED, LOGICAL = "#f2f2f2", "#9ecae1", "#fdae6b", "#ffffff"
@@ -70,3 +76,42 @@ def _fill(alloc: BlockAllocator) -> dict[int, int]:
         for i, b in enumerate(table):
             out[b] = min(bs, n - i * bs)
     return out
+
+
+EVICTED = {"vllm": "preempted", "sglang": "retracted"}
+
+
+def plot_pressure(run: PressureRun, pauses: pd.DataFrame, title: str) -> plt.Figure:
+    """KV used, running and waiting requests over time; evictions marked when they happened and as counted."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    tl = run.timeline
+    axes(title, "", "KV cache used (%)", ax=top)
+    top.step(tl.t_s, 100 * tl.kv_used, where="post")
+    top.set_ylim(0, 105)
+    axes("", "time since the requests were sent (s)", "requests", ax=bottom)
+    bottom.step(tl.t_s, tl.running, where="post", label=label("running"))
+    bottom.step(tl.t_s, tl.waiting, where="post", label=label("waiting in the engine"))
+    bottom.step(tl.t_s, tl.evictions, where="post", linestyle="--", color="grey",
+                label=label(f"{EVICTED[run.engine]}, as the engine's counter says"))
+    for ax in (top, bottom):
+        for t in pauses.start_s:
+            ax.axvline(t, color="tab:red", alpha=0.5, lw=1)
+    bottom.plot([], [], color="tab:red", alpha=0.5, label=label(f"a request {EVICTED[run.engine]} (its stream paused)"))
+    bottom.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+def plot_request_lanes(run: PressureRun, pauses: pd.DataFrame, title: str, ax: plt.Axes | None = None) -> plt.Axes:
+    """One lane per request, in the order they were sent: queued, generating, and paused while evicted."""
+    ax = axes(title, "time since the requests were sent (s)", "request (in the order sent)", ax=ax)
+    for _, r in run.requests.iterrows():
+        ax.plot([r.sent_s, r.first_token_s], [r.req, r.req], color="lightgrey", lw=4, solid_capstyle="butt")
+        ax.plot([r.first_token_s, r.finish_s], [r.req, r.req], color="tab:blue", lw=4, solid_capstyle="butt")
+    for _, p in pauses.iterrows():
+        ax.plot([p.start_s, p.end_s], [p.req, p.req], color="tab:red", lw=4, solid_capstyle="butt")
+    ax.set_yticks(sorted(run.requests.req))
+    ax.invert_yaxis()
+    ax.legend([Line2D([0], [0], color=c, lw=4) for c in ("lightgrey", "tab:blue", "tab:red")],
+              [label("sent, no token yet"), label("receiving tokens"), label(f"{EVICTED[run.engine]}, waiting")],
+              fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax

@@ -48,6 +48,15 @@ def pressure_output_tokens(kv_tokens: int, requests: int, prompt_tokens: int, ov
     return out
 
 
+def budget_bytes(server: Server) -> int:
+    """The KV budget in bytes a vLLM server was launched with (`--kv-cache-memory-bytes`)."""
+    argv = server.spec.argv
+    if "--kv-cache-memory-bytes" not in argv:
+        raise ValueError(f"{server.engine} server on port {server.port} has no --kv-cache-memory-bytes; "
+                         "start vLLM with kv_cache_tokens=N")
+    return int(argv[argv.index("--kv-cache-memory-bytes") + 1])
+
+
 def reservation_fit(kv_tokens: int, max_len: int, need: int) -> dict[str, int]:
     """How many requests contiguous reservation runs at once in `kv_tokens`: a `max_len` slab or `need` each."""
     return {"max_len": kv_tokens // max_len, "exact": kv_tokens // need}
@@ -187,10 +196,15 @@ def simulated_pressure(prompt_tokens: Sequence[int], output_tokens: int, *, bloc
                        max_len: int) -> dict[str, float]:
     """The same requests, all arriving at step 0, in the from-scratch paged simulator with `blocks` blocks.
 
-    Pass the blocks the engine can hand out (vLLM: its block count less the null block). The simulator
-    counts steps, not seconds, and prefill and recomputation cost it nothing.
+    Pass the blocks the engine can hand out (vLLM: its block count less the null block). An engine
+    stores the KV of every token it feeds the model: the prompt and each generated token but the
+    last, which is sampled and returned, never fed back. The simulator stores a step's token in that
+    step, so it is given `output_tokens - 1`. It counts steps, not seconds, and prefill and
+    recomputation cost it nothing.
     """
-    reqs = pd.DataFrame({"arrival": 0, "prompt_len": list(prompt_tokens), "output_len": output_tokens})
+    if output_tokens < 2:
+        raise ValueError(f"output_tokens must be >= 2 (one is never stored), got {output_tokens!r}")
+    reqs = pd.DataFrame({"arrival": 0, "prompt_len": list(prompt_tokens), "output_len": output_tokens - 1})
     summary = simulate(reqs, f"paged:{block_size}", blocks * block_size, max_len=max_len).summary
     return {"mean_batch": float(summary["mean_batch"]), "max_batch": int(summary["max_batch"]),
             "preemptions": int(summary["preemptions"])}

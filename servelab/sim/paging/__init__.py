@@ -57,8 +57,15 @@ from servelab.sim.paging.block_pool import BlockAllocator, CopyOnWrite, OutOfBlo
 from servelab.sim.paging.compare import SUMMARY_COLUMNS, Comparison, compare_policies, default_scenario, simulate
 from servelab.sim.paging.parallel_sampling import parallel_sampling_blocks
 from servelab.sim.paging.policies import Policy, parse_policy
-from servelab.sim.paging.requests import DEFAULT_CAPACITY, DEFAULT_MAX_LEN, DEFAULT_POLICIES, sample_requests
+from servelab.sim.paging.requests import (
+    DEFAULT_CAPACITY,
+    DEFAULT_MAX_LEN,
+    DEFAULT_POLICIES,
+    DEFAULT_SIGMA,
+    sample_requests,
+)
 
-__all__ = ["COMPONENTS", "DEFAULT_CAPACITY", "DEFAULT_MAX_LEN", "DEFAULT_POLICIES", "SUMMARY_COLUMNS", "BlockAllocator",
-           "Comparison", "CopyOnWrite", "OutOfBlocks", "Policy", "SimResult", "compare_policies", "default_scenario",
-           "expected_last_block_waste_pct", "parallel_sampling_blocks", "parse_policy", "sample_requests", "simulate"]
+__all__ = ["COMPONENTS", "DEFAULT_CAPACITY", "DEFAULT_MAX_LEN", "DEFAULT_POLICIES", "DEFAULT_SIGMA",
+           "SUMMARY_COLUMNS", "BlockAllocator", "Comparison", "CopyOnWrite", "OutOfBlocks", "Policy", "SimResult",
+           "compare_policies", "default_scenario", "expected_last_block_waste_pct", "parallel_sampling_blocks",
+           "parse_policy", "sample_requests", "simulate"]

@@ -13,6 +13,7 @@ SHAREGPT_MEAN_PROMPT = 161.31  # paper Fig. 11a
 SHAREGPT_MEAN_OUTPUT = 337.99  # paper Fig. 11a
 DEFAULT_MAX_LEN = 2048  # OPT's context length; "Orca (Max)" reserves this much (paper §6.1)
 DEFAULT_CAPACITY = 15_744  # 123 * 128: the paper's 15.7K slots (Table 1), divisible by every block size
+DEFAULT_SIGMA = 1.0  # spread of log(length): our choice, the paper gives only the means
 DEFAULT_RATE = 1.0  # requests per step: far above what any policy serves, so memory is the bottleneck
 DEFAULT_POLICIES = ("max_len", "exact", "paged:1", "paged:8", "paged:16", "paged:32", "paged:128")
 
@@ -25,8 +26,8 @@ def sample_requests(
     max_len: int = DEFAULT_MAX_LEN,
     prompt_mean: float = SHAREGPT_MEAN_PROMPT,
     output_mean: float = SHAREGPT_MEAN_OUTPUT,
-    prompt_sigma: float = 1.0,
-    output_sigma: float = 1.0,
+    prompt_sigma: float = DEFAULT_SIGMA,
+    output_sigma: float = DEFAULT_SIGMA,
 ) -> pd.DataFrame:
     """A seeded workload: one row per request with ``req_id, arrival, prompt_len, output_len``.
 
