@@ -268,3 +268,21 @@ def test_engine_defaults_come_from_both_engines_own_code(require_engine, cpu):
     assert defaults["sglang"]["field default chunked_prefill_size"] is None
     assert defaults["sglang"]["resolved chunked_prefill_size"] > 0
     assert defaults["sglang"]["resolved enable_mixed_chunk"] is False
+
+
+def test_late_vs_early_compares_the_streams_gaps_at_the_two_ends_of_the_window():
+    # the long prompt is sent at 1.0 s and answers at 3.0 s; the streams' gaps grow from 0.1 s to 0.3 s meanwhile
+    gaps = np.concatenate([np.full(10, 0.1), np.linspace(0.1, 0.3, 10), np.full(10, 0.3)])
+    stream = np.cumsum(gaps)
+    run = _run({"stream 0": list(stream), "stream 1": list(stream + 0.01), LONG: [3.0]},
+               {"stream 0": 0.0, "stream 1": 0.0, LONG: 1.0}, {"stream 0": 8, "stream 1": 8, LONG: 100})
+    chunks = run.chunks.merge(run.requests[["request", "sent_s"]], on="request")
+    ttft = 2.0
+    ratio = live.late_vs_early(chunks, ttft)
+    t = stream - 1.0
+    early = np.median(np.diff(stream)[(t[1:] > 0) & (t[1:] <= ttft / 4)])
+    late = np.median(np.diff(stream)[(t[1:] > 3 * ttft / 4) & (t[1:] <= ttft)])
+    assert ratio == pytest.approx(late / early, rel=0.05) and ratio > 1.5
+    stalled = _run({"stream 0": [0.5, 3.1], LONG: [3.0]}, {"stream 0": 0.0, LONG: 1.0}, {"stream 0": 8, LONG: 100})
+    with pytest.raises(ValueError, match="stalled"):
+        live.late_vs_early(stalled.chunks.merge(stalled.requests[["request", "sent_s"]], on="request"), ttft)

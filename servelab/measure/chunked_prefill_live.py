@@ -9,21 +9,30 @@ scenario with each engine's fitted cost model; ``errors`` sets prediction agains
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
+from servelab.engines import flags
 from servelab.engines.engine_side import script
 from servelab.engines.server import running
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
-from servelab.measure.chunked_prefill import budget_options, calibrate, scenario_specs, stream_tokens, window_stats
-from servelab.sim.chunked_prefill import CostModel, Scenario, SchedulerConfig, run_scenario
+from servelab.measure.chunked_prefill import (
+    budget_options,
+    calibrate,
+    scenario_specs,
+    stream_tokens,
+    token_times,
+    window_stats,
+)
+from servelab.sim.chunked_prefill import LONG, CostModel, Scenario, SchedulerConfig, run_scenario
 from servelab.sim.chunked_prefill import window_stats as sim_window_stats
 
 METRICS = ("long_ttft_s", "itl_p50_s", "itl_p99_s", "longest_stall_s")
@@ -71,11 +80,15 @@ def scenario_for(max_model_len: int, smallest_budget: int, *, streams: int, stre
                     warmup_tokens=warmup_tokens)
 
 
+VLLM_BUDGET_LOG = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+
+
 def server_info(server: Any) -> dict[str, Any]:
-    """What the server reports about its chunking: SGLang's ``/server_info`` (vLLM exposes no scheduler
-    config: an empty dict)."""
-    if server.engine != "sglang":
-        return {}
+    """What the running server reports about its chunking: SGLang's ``/server_info``; for vLLM, which
+    exposes no scheduler config, the budget its ``SchedulerConfig`` logs at start (None if absent)."""
+    if server.engine == "vllm":
+        found = VLLM_BUDGET_LOG.findall(server.log_path.read_text(errors="replace"))
+        return {"max_num_batched_tokens": int(found[-1]) if found else None}
     info = httpx.get(f"{server.url}/server_info", timeout=30).json()
     return {k: info.get(k) for k in ("chunked_prefill_size", "enable_mixed_chunk", "max_prefill_tokens")}
 
@@ -97,7 +110,7 @@ def measure_configs(configs: Sequence[LiveConfig], profile: Profile, scenario: S
     if not configs or len(set(labels)) != len(labels):
         raise ValueError(f"configs must be distinct and non-empty, got {labels}")
     stats, chunks, samples = [], [], []
-    for cfg in tqdm(configs, desc="servers"):
+    for cfg in configs:
         with running(cfg.engine, profile, **cfg.options()) as server:
             reported = server_info(server)
             if cfg.calibrate:
@@ -157,3 +170,27 @@ def budget_for_itl(cost: CostModel, itl_target_s: float, *, decodes: int, decode
         raise ValueError(f"a step with {decodes} decodes already takes {itl_target_s - room:.4f} s; "
                          f"the target {itl_target_s:.4f} s leaves no room for a prompt token")
     return decodes + int(room // cost.prefill_token_s)
+
+
+def defaults_and_checks(profile: Profile, commands: Sequence[tuple[str, str]]
+                        ) -> tuple[dict[str, dict[str, Any]], list[flags.FlagCheck]]:
+    """``engine_defaults(profile)`` and ``flags.check_commands(commands)``, run at the same time."""
+    with ThreadPoolExecutor(2) as pool:
+        defaults = pool.submit(engine_defaults, profile)
+        checks = pool.submit(flags.check_commands, list(commands))
+        return defaults.result(), checks.result()
+
+
+def late_vs_early(chunks: pd.DataFrame, ttft_s: float, long: str = LONG) -> float:
+    """How much longer the streams' gaps are late in the long prompt's prefill than early: the median
+    gap ending in the last quarter of the window (send to first token) over the median gap ending in
+    its first quarter. ``chunks``: one run's chunks with ``sent_s`` (as in ``LiveRuns.chunks``)."""
+    sent = float(chunks.loc[chunks.request == long, "sent_s"].iloc[0])
+    times = {n: t for n, t in token_times(chunks).items() if n != long}
+    ends = np.concatenate([t[1:] for t in times.values()]) - sent
+    gaps = np.concatenate([np.diff(t) for t in times.values()])
+    early, late = gaps[(ends > 0) & (ends <= ttft_s / 4)], gaps[(ends > 3 * ttft_s / 4) & (ends <= ttft_s)]
+    if early.size == 0 or late.size == 0:
+        raise ValueError("no stream gap ends in the first or in the last quarter of the window: the streams stalled "
+                         "through it, so there is no growth to measure")
+    return float(np.median(late) / np.median(early))
