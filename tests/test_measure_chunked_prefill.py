@@ -286,3 +286,12 @@ def test_late_vs_early_compares_the_streams_gaps_at_the_two_ends_of_the_window()
     stalled = _run({"stream 0": [0.5, 3.1], LONG: [3.0]}, {"stream 0": 0.0, LONG: 1.0}, {"stream 0": 8, LONG: 100})
     with pytest.raises(ValueError, match="stalled"):
         live.late_vs_early(stalled.chunks.merge(stalled.requests[["request", "sent_s"]], on="request"), ttft)
+
+
+def test_server_info_reads_vllms_budget_from_its_log(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text("(APIServer pid=1) INFO [scheduler.py:307] "
+                   "Chunked prefill is enabled with max_num_batched_tokens=64.\n")
+    assert live.server_info(SimpleNamespace(engine="vllm", log_path=log)) == {"max_num_batched_tokens": 64}
+    log.write_text("(APIServer pid=1) INFO started\n")
+    assert live.server_info(SimpleNamespace(engine="vllm", log_path=log)) == {"max_num_batched_tokens": None}
