@@ -295,3 +295,25 @@ def test_server_info_reads_vllms_budget_from_its_log(tmp_path):
     assert live.server_info(SimpleNamespace(engine="vllm", log_path=log)) == {"max_num_batched_tokens": 64}
     log.write_text("(APIServer pid=1) INFO started\n")
     assert live.server_info(SimpleNamespace(engine="vllm", log_path=log)) == {"max_num_batched_tokens": None}
+
+
+def test_measure_one_runs_calibration_and_scenario_on_one_server_and_collect_joins_servers(fake_server, tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text("Chunked prefill is enabled with max_num_batched_tokens=32.\n")
+    server = SimpleNamespace(**vars(fake_server), engine="vllm", log_path=log)
+    sc = Scenario(streams=2, stream_prompt_tokens=8, stream_output_tokens=6, long_prompt_tokens=40, warmup_tokens=2)
+    calibration = {"prompt_lengths": [40], "batch_sizes": [2], "contexts": [8], "decode_tokens": 4, "repeats": 1}
+    first = live.measure_one(server, live.LiveConfig("vllm", 32, calibrate=True), sc, calibration=calibration)
+    second = live.measure_one(server, live.LiveConfig("vllm", 64), sc)
+    assert first.stats.loc[0, "reported max_num_batched_tokens"] == 32
+    assert set(first.calibration.source) == {"prefill", "decode"} and second.calibration.empty
+    assert set(first.chunks.request) == {"stream 0", "stream 1", LONG} and "sent_s" in first.chunks
+    both = live.collect([first, second])
+    assert both.stats.config.tolist() == ["vllm budget 32", "vllm budget 64"]
+    assert set(both.chunks.config) == set(both.stats.config) and len(both.calibration) == len(first.calibration)
+    with pytest.raises(ValueError, match="measured twice"):
+        live.collect([first, first])
+    with pytest.raises(ValueError, match="is for sglang"):
+        live.measure_one(server, live.LiveConfig("sglang", 32), sc)
+    with pytest.raises(ValueError, match="asks for calibration"):
+        live.measure_one(server, live.LiveConfig("vllm", 32, calibrate=True), sc)

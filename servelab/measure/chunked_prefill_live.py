@@ -103,27 +103,50 @@ class LiveRuns:
     calibration: pd.DataFrame
 
 
+def measure_one(server: Any, cfg: LiveConfig, scenario: Scenario, *, calibration: Mapping[str, Any] | None = None,
+                seed: int = 0) -> LiveRuns:
+    """On a running server started with ``cfg.options()``: the calibration (when ``cfg.calibrate``), then
+    the scenario once. One row of ``stats``; ``collect`` joins the results of several servers."""
+    if server.engine != cfg.engine:
+        raise ValueError(f"config {cfg.label!r} is for {cfg.engine}, the server runs {server.engine}")
+    reported = server_info(server)
+    samples = pd.DataFrame()
+    if cfg.calibrate:
+        if not calibration:
+            raise ValueError(f"config {cfg.label!r} asks for calibration: pass calibration=dict(prompt_lengths=..., "
+                             "batch_sizes=..., contexts=..., ...)")
+        samples = calibrate(server, budget=cfg.budget, seed=seed, progress=False, **calibration).assign(
+            engine=cfg.engine, config=cfg.label)
+    run = stream_tokens(server, scenario_specs(scenario, seed))
+    stats = pd.DataFrame([{"config": cfg.label, "engine": cfg.engine, "budget": cfg.budget,
+                           "mixed_chunk": cfg.mixed_chunk, "threshold": cfg.long_prefill_token_threshold,
+                           **window_stats(run), **{f"reported {k}": v for k, v in reported.items()}}])
+    chunks = run.chunks.merge(run.requests[["request", "sent_s"]], on="request").assign(config=cfg.label)
+    return LiveRuns(stats, chunks, samples)
+
+
+def collect(parts: Sequence[LiveRuns]) -> LiveRuns:
+    """Several servers' results as one (configs must be distinct)."""
+    if not parts:
+        raise ValueError("nothing to collect: measure at least one server")
+    stats = pd.concat([p.stats for p in parts], ignore_index=True)
+    if stats.config.duplicated().any():
+        raise ValueError(f"configs measured twice: {sorted(set(stats.config[stats.config.duplicated()]))}")
+    return LiveRuns(stats, pd.concat([p.chunks for p in parts], ignore_index=True),
+                    pd.concat([p.calibration for p in parts], ignore_index=True))
+
+
 def measure_configs(configs: Sequence[LiveConfig], profile: Profile, scenario: Scenario, *,
                     calibration: Mapping[str, Any], seed: int = 0) -> LiveRuns:
-    """Start one server per config, run the scenario on it (and the calibration where asked), stop it."""
+    """Start one server per config, ``measure_one`` on it, stop it; ``collect`` the results."""
     labels = [c.label for c in configs]
     if not configs or len(set(labels)) != len(labels):
         raise ValueError(f"configs must be distinct and non-empty, got {labels}")
-    stats, chunks, samples = [], [], []
+    parts = []
     for cfg in configs:
         with running(cfg.engine, profile, **cfg.options()) as server:
-            reported = server_info(server)
-            if cfg.calibrate:
-                cal = calibrate(server, budget=cfg.budget, seed=seed, progress=False, **calibration)
-                samples.append(cal.assign(engine=cfg.engine, config=cfg.label))
-            run = stream_tokens(server, scenario_specs(scenario, seed))
-        stats.append({"config": cfg.label, "engine": cfg.engine, "budget": cfg.budget,
-                      "mixed_chunk": cfg.mixed_chunk, "threshold": cfg.long_prefill_token_threshold,
-                      **window_stats(run), **{f"reported {k}": v for k, v in reported.items()}})
-        sent = run.requests[["request", "sent_s"]]
-        chunks.append(run.chunks.merge(sent, on="request").assign(config=cfg.label))
-    return LiveRuns(pd.DataFrame(stats), pd.concat(chunks, ignore_index=True),
-                    pd.concat(samples, ignore_index=True) if samples else pd.DataFrame())
+            parts.append(measure_one(server, cfg, scenario, calibration=calibration, seed=seed))
+    return collect(parts)
 
 
 def predict(configs: Sequence[LiveConfig], scenario: Scenario, costs: Mapping[str, CostModel]) -> pd.DataFrame:
