@@ -16,7 +16,8 @@ from tests.conftest import pinned_version
 
 VLLM_METRICS = ('# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n'
                 '# TYPE vllm:cache_config_info gauge\n'
-                'vllm:cache_config_info{block_size="128",cache_dtype="auto",num_gpu_blocks="39"} 1.0\n')
+                'vllm:cache_config_info{block_size="128",cache_dtype="auto",kv_cache_max_concurrency="2.4375",'
+                'num_gpu_blocks="39"} 1.0\n')
 
 
 @dataclass
@@ -50,7 +51,7 @@ def test_vllm_capacity_counts_its_null_block_as_not_usable(fake):
     bodies, url = fake
     bodies["/metrics"] = VLLM_METRICS
     built = kv_capacity.engine_capacity(FakeServer("vllm", url))
-    assert built == {"block_size": 128, "blocks": 39, "tokens": 39 * 128, "usable": 38 * 128}
+    assert built == {"block_size": 128, "blocks": 39, "tokens": 39 * 128, "usable": 38 * 128, "max_concurrency": 2.4375}
 
 
 def test_sglang_capacity_is_its_token_pool_paged_by_its_page_size(fake):
@@ -101,3 +102,21 @@ def test_a_budget_of_partial_blocks_is_rounded_down_to_whole_blocks(cpu, require
         assert built["block_size"] == 1 and built["tokens"] == budget
     else:
         assert built["tokens"] < budget  # 5000 is no multiple of the CPU block: the remainder is dropped
+
+
+def test_first_exception_is_the_root_cause_not_what_follows():
+    log = ("WARNING [system_utils.py:255] fd limit errors like `OSError: [Errno 24] Too many open files`.\n"
+           "INFO starting\n(EngineCore pid=1) \x1b[1;31mERROR\x1b[0m \x1b[90m[core.py:1]\x1b[0m ValueError: To serve"
+           " at least one request\n"
+           "Traceback ...\nRuntimeError: Engine core initialization failed. See root cause above.\n")
+    assert kv_capacity.first_exception(log) == "ValueError: To serve at least one request"
+    assert kv_capacity.first_exception("a\nkilled\n\n") == "killed"
+    assert kv_capacity.first_exception("") == "(empty log)"
+
+
+@pytest.mark.server
+def test_vllm_refuses_a_budget_smaller_than_one_full_length_request(cpu, require_engine):
+    require_engine("vllm")
+    refused = kv_capacity.capacity_for_budget("vllm", cpu, cpu.max_model_len // 2)
+    assert refused["started"] is False
+    assert refused["reason"].startswith("ValueError: To serve at least one request"), refused

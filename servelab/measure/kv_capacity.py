@@ -7,13 +7,14 @@ vLLM's own defaults for sizing the cache come from its config classes, read insi
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
 
 from servelab.engines.engine_side import script
 from servelab.engines.metrics import scrape
-from servelab.engines.server import Server
+from servelab.engines.server import EngineStartError, Server
 from servelab.machine import engine_envs, models
 from servelab.machine.model_shapes import ModelShape, served_model_shape
 from servelab.machine.profiles import Profile
@@ -50,16 +51,50 @@ def engine_capacity(server: Server) -> dict[str, int]:
 
     `tokens` is what the engine reports (blocks x block size); `usable` leaves out the blocks the
     engine holds back for itself (`RESERVED_BLOCKS`). SGLang's block is its page (`page_size`).
+    vLLM also says how many requests of its `max_model_len` the pool holds (`max_concurrency`,
+    counting every block, its null block included).
     """
+    extra: dict[str, Any] = {}
     if server.engine == "vllm":
         info = scrape(server.url).labels("vllm:cache_config_info")
         block_size, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
+        extra["max_concurrency"] = float(info["kv_cache_max_concurrency"])
     else:
         info = server_info(server)
         block_size = int(_find(info, "page_size"))
         blocks = int(_find(info, "max_total_num_tokens")) // block_size
     usable = (blocks - RESERVED_BLOCKS[server.engine]) * block_size
-    return {"block_size": block_size, "blocks": blocks, "tokens": block_size * blocks, "usable": usable}
+    return {"block_size": block_size, "blocks": blocks, "tokens": block_size * blocks, "usable": usable, **extra}
+
+
+def capacity_for_budget(engine: str, profile: Profile, tokens: int) -> dict[str, Any]:
+    """Start `engine` with a KV budget of `tokens`, read what it built (`engine_capacity`) and stop it.
+
+    `started` says whether it came up; an engine may refuse a budget at start (vLLM does when the
+    pool cannot hold one request of the profile's `max_model_len`), and then `reason` is the first
+    exception its log names: the root cause, not the errors that follow from it.
+    """
+    srv = Server(engine, profile, kv_cache_tokens=tokens)
+    try:
+        srv.start()
+    except EngineStartError:
+        return {"started": False, "reason": first_exception(srv.log_path.read_text(errors="replace"))}
+    try:
+        return {"started": True, **engine_capacity(srv)}
+    finally:
+        srv.stop()
+
+
+def first_exception(log: str) -> str:
+    """From an engine log, the first line that raises `SomethingError: message` (or `...Exception: ...`), else
+    its last line; a warning that merely mentions an error inside its text does not count."""
+    log = re.sub(r"\x1b\[[0-9;]*m", "", log)  # colour codes
+    # at the start of a line, or right after a log prefix ("... [core.py:1510] ValueError: ...")
+    found = re.search(r"(?:^|\] )([A-Z]\w*(?:Error|Exception): .*)", log, re.MULTILINE)
+    if found:
+        return found.group(1).strip()
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return lines[-1] if lines else "(empty log)"
 
 
 def _find(info: dict, key: str) -> Any:
