@@ -16,17 +16,17 @@
 #
 # A serving engine keeps, for every token of every running request, a key vector and a value
 # vector in every attention layer: the KV cache. It is what makes generating the next token
-# cheap, and it is what fills GPU memory. The source articles describe the symptoms: as
-# concurrent traffic grows, KV memory grows, requests wait, time to first token (TTFT) climbs,
-# and eventually the server runs out of memory (OOM). This chapter puts numbers on that story:
-# first with arithmetic from model configurations, then checked against what the real vLLM
-# engine reports on this machine.
+# cheap, and it is what fills GPU memory. This chapter computes how large it is, from model
+# configurations, and how many requests a GPU can therefore serve at once; then it checks that
+# arithmetic against what the real vLLM and SGLang engines build on this machine. Along the way
+# it corrects the story the source articles tell about it: that KV memory grows exponentially
+# with traffic until the server crashes.
 
 # %% tags=["parameters"]
 profile = "auto"
 kv_cache_tokens = None        # KV budget to check (tokens); None: the profile's, else two full-length sequences
 gpu_memory_gib = [24, 80]     # GPU sizes to plan for
-utilization = 0.9             # fraction of GPU memory an engine claims (vLLM's default is 0.9)
+utilization = None            # fraction of GPU memory the planner lets an engine claim; None: vLLM's own default
 contexts = [1024, 2048, 4096, 8192, 16384, 32768]
 
 # %%
@@ -66,27 +66,57 @@ per_token = pd.DataFrame([{
 results.save("kv_bytes_per_token", per_token, prof)
 per_token.round(2)
 
+# %% [markdown]
+# Llama-3.1-70B and Qwen2.5-72B have the same layers, KV heads and head dim (the table above), so
+# their KV caches are exactly the same size and their lines in the plot below coincide; the
+# legend names the pair, and the second one is drawn with larger, hollow markers so that both
+# stay visible. Both axes are linear.
+
 # %%
-ax = plots.axes("KV cache of one sequence", "context length (tokens)", "GiB")
-for name in big:
-    ax.plot(contexts, [kv_memory.kv_bytes_per_token(shapes[name], "bf16") * n / kv_memory.GIB for n in contexts],
-            marker="o", label=name.split("/")[1])
-ax.set_xscale("log", base=2)
-ax.legend()
+kib = dict(zip(per_token.model, per_token["KV KiB/token (bf16)"], strict=True))
+lengths = [0, *contexts]
+ax = plots.axes("KV cache of one sequence (bf16)", "context length (tokens)", "GiB")
+for i, (name, marker, line) in enumerate(zip(big, "osD^", ["-", "--", "-.", ":"], strict=True)):
+    first = next(n for n in big if kib[n] == kib[name])  # the first model of this size draws the line
+    shared = f", {plots.label('same line as')} {first.split('/')[1]}" if first != name else ""
+    ax.plot(lengths, [kib[name] * 1024 * n / kv_memory.GIB for n in lengths], color=f"C{i}", marker=marker,
+            linestyle=line, markersize=11 if shared else 5, markerfacecolor="none" if shared else None,
+            label=f"{name.split('/')[1]} ({kib[name]:.0f} KiB/token{shared})")
+ax.set_xlim(left=0)
+ax.set_ylim(bottom=0)
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18))
 plt.show()
+
+# %% [markdown]
+# Each line is straight and starts at zero: twice the context, twice the memory. The KV cache
+# of a sequence is linear in its length, and the cache of many sequences is the sum of theirs,
+# linear in how many there are. (Drawn against a logarithmic length axis, the same straight
+# lines would bend upwards like an exponential curve.)
 
 # %% [markdown]
 # ## How many sequences fit?
 #
-# An engine claims a fraction of GPU memory (the `utilization` parameter above), loads the
-# weights, and carves what is left into KV blocks. Dividing that budget by the KV cost of one
-# sequence gives the number of sequences that can run at once. Every request beyond that
-# number waits in the queue, and its TTFT includes the wait; a system that reserves memory
-# carelessly hits the same wall earlier, or runs out of memory.
-#
-# The planner below does this arithmetic for each model, GPU size and context length. It counts
-# weights and KV cache only; an engine also needs memory for activations (and, on GPUs, CUDA
-# graphs), which the planner's `overhead_gib` argument can reserve.
+# An engine claims a fraction of GPU memory, loads the weights, and carves what is left into KV
+# blocks. In vLLM that fraction is `gpu_memory_utilization`; the cell below reads its default, and
+# the defaults around it, from vLLM's own `EngineArgs` (by running a small script inside vLLM's
+# environment, since this notebook never imports an engine). Unless the `utilization` parameter
+# above is set, the planner uses that default. SGLang's counterpart, `mem_fraction_static`, has no
+# fixed default: SGLang derives it from the GPU's memory when it starts
+# (`handle_gpu_memory_settings` in `sglang/srt/arg_groups/memory_hook.py`), and it counts weights
+# and KV pool only, where vLLM's fraction also covers activations.
+
+# %%
+from servelab.measure.kv_capacity import vllm_cache_defaults
+
+vllm_defaults = vllm_cache_defaults(prof)
+utilization = utilization or vllm_defaults["gpu_memory_utilization"]
+pd.Series({**vllm_defaults, "planner utilization": utilization})
+
+# %% [markdown]
+# Dividing the budget by the KV cost of one sequence gives the number of sequences that can run
+# at once. The planner below does this arithmetic for each model, GPU size and context length. It
+# counts weights and KV cache only; an engine also needs memory for activations (and, on GPUs,
+# CUDA graphs), which the planner's `overhead_gib` argument can reserve.
 
 # %%
 plans = pd.DataFrame([
@@ -96,25 +126,32 @@ plans = pd.DataFrame([
 results.save("kv_plans", plans, prof, utilization=utilization)
 plans.pivot_table(index=["model", "memory_gib"], columns="context_len", values="max_sequences")
 
+# %% [markdown]
+# The plot shows the sequences that fit against context length with both axes logarithmic: the
+# number that fits is inversely proportional to the length, halving with every doubling, which on
+# these axes is a straight falling line.
+
 # %%
 fig, axs = plt.subplots(1, len(gpu_memory_gib), figsize=(11, 4), sharey=True)
 for ax, mem in zip(axs, gpu_memory_gib, strict=True):
     plots.axes(f"{mem} GiB GPU", "context length (tokens)", "sequences that fit", ax=ax)
-    for name in big:
+    for i, (name, marker) in enumerate(zip(big, "osD^", strict=True)):
         rows = plans[(plans.model == name) & (plans.memory_gib == mem) & (plans.max_sequences > 0)]
         if len(rows):
-            ax.plot(rows.context_len, rows.max_sequences, marker="o", label=name.split("/")[1])
+            ax.plot(rows.context_len, rows.max_sequences, color=f"C{i}", marker=marker, label=name.split("/")[1])
     ax.set_xscale("log", base=2)
-    ax.set_yscale("symlog")
+    ax.set_yscale("log")
 axs[0].legend()
 plt.show()
 
 # %% [markdown]
 # Models without a line have no sequence that fits: the table above shows zeros for the
 # 70B-class models on both GPU sizes, because their bf16 weights alone are larger than the
-# memory an engine may claim on one GPU. That is the hard out-of-memory case; serving them takes
-# several GPUs (tensor parallelism) or a smaller weight format. For the models that do fit, the
-# next cell divides the sequences that fit at each context length by those at twice that length.
+# memory an engine may claim on one GPU. Such an engine does not start; serving these models
+# takes several GPUs (tensor parallelism) or a smaller weight format. For the models that do
+# fit, the next cell divides the sequences that fit at each context length by those at twice
+# that length: 2 wherever whole sequences divide evenly, more where rounding down to whole
+# sequences bites at the long end.
 
 # %%
 fitting = plans[plans.max_sequences > 0].sort_values("context_len")
@@ -122,14 +159,17 @@ ratios = fitting.groupby(["model", "memory_gib"]).max_sequences.apply(lambda s: 
 print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 
 # %% [markdown]
-# ## Checking the arithmetic against the engine
+# ## Checking the arithmetic against vLLM
 #
 # Arithmetic is only useful if the engine agrees. We start vLLM with a fixed KV budget of
 # `kv_cache_tokens` tokens, which servelab hands to vLLM as bytes (`--kv-cache-memory-bytes`,
-# tokens × the bytes per token above), then read back how many blocks vLLM allocated and how many
-# tokens a block holds. vLLM publishes both on its `/metrics` endpoint in the
-# `vllm:cache_config_info` series, computed from its own reading of the model's configuration.
-# The planner predicts whole blocks: the budget divided by the block size, rounded down.
+# tokens × the bytes per token of the formula above), then read back how many blocks vLLM
+# allocated and how many tokens a block holds. vLLM publishes both on its `/metrics` endpoint in
+# the `vllm:cache_config_info` series, with the number of full-length requests it says the pool
+# holds (`engine_max_concurrency`). It computes its own bytes per block from the model
+# configuration it loaded, and allocates the whole pool when it starts, before the first request;
+# the cell reads it before sending any. The planner predicts whole blocks: the budget divided by
+# the block size, rounded down.
 
 # %%
 from servelab.engines.server import running
@@ -145,37 +185,117 @@ check = {
     "kv_cache_tokens": kv_cache_tokens, "dtype": prof.dtype, "block_size": built["block_size"],
     "kv_bytes_per_token": kv_memory.kv_bytes_per_token(served, prof.dtype),
     "engine_blocks": built["blocks"], "engine_tokens": built["tokens"], "planned_tokens": planned_tokens,
+    "engine_usable_tokens": built["usable"], "engine_max_concurrency": built["max_concurrency"],
     "planned_max_concurrency": planned_tokens / prof.max_model_len,
 }
 results.save("kv_capacity_check", check, prof)
 pd.Series(check)
 
 # %% [markdown]
-# The computation on both sides is exact integer arithmetic: if vLLM's bytes per token differed
-# from the formula by even one number per layer, its block count would differ by at least one
-# block. So the check demands equality.
+# Why the check below demands equality rather than a tolerance: the planner's side is just whole
+# blocks of the budget, so what it really tests is the formula. vLLM was handed the budget in
+# bytes, computed with the formula's bytes per token, and divided those bytes by its own bytes per
+# block. When the budget is a whole number of blocks, a per-token size in vLLM larger than the
+# formula's by a single number in a single layer would leave the last block short, and vLLM would
+# build one block fewer. One block is a small share of the budget, printed below; a tolerance of a
+# few percent would let a wrong formula pass.
+#
+# One of those blocks is not available to requests: vLLM's block pool holds its first block back
+# as a "null block", a placeholder for block-table entries that hold no KV
+# (`vllm/v1/core/block_pool.py`). The `engine_usable_tokens` row above leaves it out; vLLM's own
+# `engine_max_concurrency` counts it.
+
+# %%
+print({"budget is a whole number of blocks": kv_cache_tokens % built["block_size"] == 0,
+       "one block, share of the budget (%)": round(100 * built["block_size"] / planned_tokens, 2)})
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print(check["engine_tokens"] == check["planned_tokens"])
 
 # %% [markdown]
+# ## The same budget in SGLang
+#
+# SGLang pages its KV cache too, but with pages of one token by default: `_page_size_default`
+# in `sglang/srt/arg_groups/overrides.py` sets `--page-size` to 1 except on MUSA GPUs and with
+# one ROCm KV-cache layout, and a few attention backends (TensorRT-LLM's, FA4 on Blackwell GPUs)
+# raise it. servelab hands SGLang the same budget as `--max-total-tokens`. SGLang caps the pool it
+# could afford at that number (`_apply_token_constraints` in
+# `sglang/srt/mem_cache/kv_cache_configurator.py`) and then rounds it down to whole pages
+# (`max_total_num_tokens // page_size * page_size` in
+# `sglang/srt/model_executor/pool_configurator.py`). With pages of one token nothing is rounded
+# away, and all of it is usable: the allocator's padding slot 0 lies outside the pool
+# (`sglang/srt/mem_cache/allocator/token.py`). SGLang reports the pool and its page size on
+# `/server_info`.
+
+# %%
+with running("sglang", prof, kv_cache_tokens=kv_cache_tokens) as sglang:
+    sgl_built = engine_capacity(sglang)
+
+sgl_check = {
+    "kv_cache_tokens": kv_cache_tokens, "page_size": sgl_built["block_size"],
+    "engine_tokens": sgl_built["tokens"], "engine_usable_tokens": sgl_built["usable"],
+    "planned_tokens (pages of 1 token)": kv_memory.tokens_held(kv_cache_tokens, 1),
+    "planned_tokens (engine's page size)": kv_memory.tokens_held(kv_cache_tokens, sgl_built["block_size"]),
+    "vLLM engine_tokens": built["tokens"],
+}
+results.save("kv_capacity_check_sglang", sgl_check, prof)
+pd.Series(sgl_check)
+
+# %% [markdown]
+# The check demands that SGLang's pool is exactly the budget in whole pages of the size it
+# reports; where that size is one token, as on the `cpu` profile, that is the budget itself.
+# Where the budget is not a whole number of vLLM blocks, the two engines differ: vLLM drops the
+# remainder of its last block, SGLang keeps every token.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page size)"])
+
+# %% [markdown]
+# ## What the source articles say about traffic, and what the engines do
+#
+# The source articles open with the memory problem of serving. The German version says "Mit
+# steigenden Benutzerzahlen wächst der KV Cache Speicherbedarf exponentiell, was zu TTFT-Spitzen
+# und OOM-Crashes führen kann" (as the number of users rises, the KV cache's memory demand grows
+# exponentially, which can lead to TTFT spikes and OOM crashes); the Korean version says the KV
+# cache memory grows "기하급수적으로" (exponentially) with concurrent users until "서버가
+# 다운되거나" (the server goes down); the Japanese and Spanish versions say it swells rapidly and
+# causes OOM errors ("OOM エラーを引き起こす", "fallos por falta de memoria (OOM)").
+#
+# Both halves of that story are wrong for these engines. The growth is not exponential: KV memory
+# is linear in the tokens held, per sequence and across sequences, as the first plot shows. And
+# more traffic does not make an engine allocate more KV memory until it crashes: both engines
+# allocate their whole KV pool when they start, before they serve the first request, as the pool
+# sizes read above show (vLLM in `_initialize_kv_caches`, `vllm/v1/engine/core.py`; SGLang in
+# `alloc_memory_pool`, `sglang/srt/model_executor/model_runner.py`). When requests need more KV than the pool
+# holds, the scheduler makes them wait: new requests stay in the queue, and their time to first
+# token grows with the wait. When running requests need more blocks than are free, vLLM preempts
+# one, frees its blocks and recomputes it later (`_preempt_request` in
+# `vllm/v1/core/sched/scheduler.py`), and SGLang retracts requests to its waiting queue
+# (`retract_decode` in `sglang/srt/managers/schedule_batch.py`). Chapter 02 runs such a workload
+# and measures the queueing and the preemptions.
+#
+# An out-of-memory error does happen, but at start, when weights, pool and activations do not fit
+# (the 70B-class rows above; vLLM also refuses to start with a pool that cannot hold one
+# full-length request: `check_enough_kv_cache_memory` in `vllm/v1/core/kv_cache_utils.py`), or from
+# memory outside the pool, such as another process on the same GPU. It is not what KV growth under
+# traffic does.
+#
 # ## What it means
 #
 # KV memory is linear in context length and in the number of concurrent sequences, and it
-# competes with the weights for the same memory. The planner turns a GPU size into a number
-# of sequences; beyond that number, requests queue and TTFT grows, and an engine that reserves
-# more than it needs reaches that number sooner. The next chapter shows how vLLM's paged KV
-# cache avoids reserving more than it needs, and what happens on the engine when the KV budget
-# really runs out.
+# competes with the weights for the same memory. The planner turns a GPU size into a number of
+# sequences; beyond that number, requests queue and TTFT grows. The next chapter shows how
+# vLLM's paged KV cache avoids reserving more than a request needs, and what happens on the
+# engine when the pool really runs out.
 #
 # ## Exercises
 #
 # 1. Re-run the planner with an fp8 KV cache (`kv_dtype="fp8"`; the weights stay bf16). How
 #    many more 8k-token sequences of Qwen2.5-7B fit on a 24 GiB GPU?
 # 2. Run this notebook with `papermill ... -p kv_cache_tokens 5888`. Does the engine still agree
-#    with the planner? How many full-length sequences does vLLM now say it can hold? (The answer
-#    is that run's output; the last table above holds both numbers.)
+#    with the planner? How many full-length sequences does vLLM now say it can hold?
 # 3. Llama-3.1-70B has 64 attention heads but 8 KV heads. How much larger would its KV cache be
 #    without grouped-query attention?
 #
@@ -186,10 +306,34 @@ print(check["engine_tokens"] == check["planned_tokens"])
 qwen7 = shapes["Qwen/Qwen2.5-7B-Instruct"]
 bf16 = kv_memory.plan(qwen7, 24, "bf16", 8192, utilization=utilization)
 fp8 = kv_memory.plan(qwen7, 24, "bf16", 8192, utilization=utilization, kv_dtype="fp8")
-print(f"bf16 KV: {bf16.max_sequences} sequences, fp8 KV: {fp8.max_sequences} sequences")
+print(f"bf16 KV: {bf16.max_sequences} sequences, fp8 KV: {fp8.max_sequences} sequences.")
+print(f"Answer: with an fp8 KV cache, {fp8.max_sequences - bf16.max_sequences} more 8k-token sequences of "
+      f"Qwen2.5-7B fit on a 24 GiB GPU ({fp8.max_sequences} instead of {bf16.max_sequences}), "
+      f"at a utilization of {utilization}.")
+
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# Solution 2: the run the exercise asks for, done here by starting vLLM with that budget.
+from servelab.measure.kv_capacity import capacity_for_budget
+
+budget = 5888
+small = capacity_for_budget("vllm", prof, budget)
+print(small)
+if small["started"]:
+    held = small["usable"] / prof.max_model_len
+    print(f"Answer: yes, vLLM built {small['blocks']} blocks of {small['block_size']} tokens = {small['tokens']} "
+          f"tokens, and the planner predicts {kv_memory.tokens_held(budget, small['block_size'])}. vLLM says it "
+          f"holds {small['max_concurrency']:.2f} sequences of the full {prof.max_model_len} tokens; that counts "
+          f"its null block. Without it, {small['usable']} tokens are usable: {held:.2f} full-length sequences, "
+          f"so {int(held)} at once.")
+else:
+    print(f"Answer: vLLM does not start with {budget} tokens on this profile, whose requests may be "
+          f"{prof.max_model_len} tokens long: a pool that cannot hold one full-length request is refused "
+          f"at start ({small['reason'][:120]}...). It holds no full-length sequence.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
 llama70 = shapes["meta-llama/Llama-3.1-70B-Instruct"]
 ratio = llama70.num_attention_heads / llama70.num_key_value_heads
-print(f"{ratio:.0f}x larger: {kv_memory.kv_bytes_per_token(llama70, 'bf16') * ratio / 2**20:.2f} MiB per token")
+with_gqa = kv_memory.kv_bytes_per_token(llama70, "bf16")
+print(f"Answer: {ratio:.0f} times larger: {with_gqa * ratio / 2**20:.2f} MiB per token instead of "
+      f"{with_gqa / 2**10:.0f} KiB, since every attention head would keep its own keys and values.")
