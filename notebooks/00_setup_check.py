@@ -185,10 +185,10 @@ answers_table(questions, answers)
 
 # %% [markdown]
 # Question by question, each source against vLLM: whether the tokens are the same, the first
-# position where they differ (counted from 0), the two tokens there, vLLM's margin between them,
-# and whether they were a near tie, that is, each engine's token was among the other's five
-# candidates at that position. A reference without candidates shows token ids instead, and
-# cannot be judged a near tie.
+# position where they differ (counted from 0), the two tokens there (vLLM's first), vLLM's margin
+# between them in nats, and whether they were a near tie, that is, each engine's token was among
+# the other's five candidates at that position. A reference without candidates shows token ids
+# instead, and cannot be judged a near tie.
 
 # %%
 greedy.table
@@ -224,8 +224,10 @@ print(by_dtype.rates.to_string())
 by_dtype.table
 
 # %% [markdown]
-# The same rule as above applies to this comparison: bfloat16 is not exact, so a divergence is
-# accepted only as a near tie.
+# Where the two runs diverge, compare the margin column with the smallest margins of the float32
+# answers above: bfloat16 swapped tokens where float32 had little margin to spare. The same rule
+# as above applies to this comparison: bfloat16 is not exact, so a divergence is accepted only as
+# a near tie.
 
 # %%
 # NBVAL_CHECK_OUTPUT
