@@ -45,3 +45,15 @@ def test_first_error_line_skips_warnings_that_mention_errors() -> None:
     ])
     assert bsz.first_error_line(log) == "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)])."
     assert bsz.first_error_line("all good\n") == ""
+
+
+@pytest.mark.engine_venv
+def test_vllms_argument_checks_accept_a_block_size_the_cpu_backend_refuses(require_engine, cpu) -> None:
+    """The chapter says so: only the engine's start, not its parser, knows the backend's block sizes."""
+    from servelab.engines import flags
+    from servelab.engines.launch import command
+    from servelab.machine import models
+
+    require_engine("vllm")
+    argv = command("vllm", cpu, models.resolve(cpu.model), 8000, {"kv_cache_tokens": 4096, "block_size": 16}).argv
+    assert flags.check("vllm", argv).ok

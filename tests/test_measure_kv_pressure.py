@@ -8,18 +8,24 @@ import pytest
 from servelab.measure import kv_pressure as kp
 
 
-def test_output_tokens_make_the_requests_need_overfill_times_the_budget() -> None:
-    out = kp.pressure_output_tokens(4096, 12, 341, 1.5)
-    assert out == 171 and 12 * (341 + out) <= 1.5 * 4096 < 12 * (341 + out + 1)
+def test_output_lengths_spread_evenly_and_need_overfill_times_the_budget() -> None:
+    outs = kp.pressure_output_tokens(4096, 12, 342, 1.5)
+    assert len(outs) == 12 and outs == sorted(outs) and len(set(outs)) == 12
+    assert outs[0] == round(0.5 * (6144 / 12 - 342)) and outs[-1] == round(1.5 * (6144 / 12 - 342))
+    assert abs(sum(12 * [342]) + sum(outs) - 1.5 * 4096) <= 12
+    assert kp.pressure_output_tokens(4096, 4, 100, 2.0, spread=0.0) == [1948] * 4
     with pytest.raises(ValueError, match="overfill must be > 1"):
         kp.pressure_output_tokens(4096, 12, 341, 1.0)
-    with pytest.raises(ValueError, match="already need more than"):
+    with pytest.raises(ValueError, match="spread must be in"):
+        kp.pressure_output_tokens(4096, 12, 341, 1.5, spread=1.0)
+    with pytest.raises(ValueError, match="answers under 2 tokens"):
         kp.pressure_output_tokens(1000, 12, 341, 1.5)
 
 
-def test_reservation_fit_counts_whole_slabs() -> None:
-    assert kp.reservation_fit(4096, 2048, 512) == {"max_len": 2, "exact": 8}
-    assert kp.reservation_fit(4095, 2048, 512) == {"max_len": 1, "exact": 7}
+def test_reservation_fit_counts_whole_slabs_first_come_first_served() -> None:
+    assert kp.reservation_fit(4096, 2048, [512] * 12) == {"max_len": 2, "exact": 8}
+    assert kp.reservation_fit(4095, 2048, [512] * 12) == {"max_len": 1, "exact": 7}
+    assert kp.reservation_fit(1000, 100, [600, 100, 300, 50]) == {"max_len": 4, "exact": 3}  # stops at the first misfit
 
 
 def _tokens(streams: dict[int, list[float]]) -> pd.DataFrame:
@@ -31,6 +37,12 @@ def test_a_request_that_misses_steps_others_ran_has_a_pause() -> None:
     streams = {0: steps, 1: steps[:5] + steps[12:]}  # request 1 sat out steps 6..12
     found = kp.pauses(_tokens(streams))
     assert found.to_dict("records") == [{"req": 1, "start_s": steps[4], "end_s": steps[12]}]
+
+
+def test_a_burst_of_buffered_tokens_is_not_a_pause() -> None:
+    steps = [round(0.2 * k, 3) for k in range(1, 31)]
+    burst = steps[:10] + [2.05, 2.06, 2.07] + steps[10:]  # another stream delivers three tokens at once
+    assert kp.pauses(_tokens({0: burst, 1: steps})).empty  # stream 1 missed no step: its gap is one step long
 
 
 def test_slow_steps_for_everyone_are_not_pauses() -> None:
@@ -52,18 +64,18 @@ def test_busy_mean_weights_samples_by_time_and_skips_idle_ones() -> None:
 
 
 def test_simulated_pressure_preempts_only_when_the_blocks_run_out() -> None:
-    tight = kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=31, max_len=2048)
-    roomy = kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=48, max_len=2048)
+    tight = kp.simulated_pressure([341] * 12, [171] * 12, block_size=128, blocks=31, max_len=2048)
+    roomy = kp.simulated_pressure([341] * 12, [171] * 12, block_size=128, blocks=48, max_len=2048)
     assert tight["preemptions"] > 0 and tight["max_batch"] < 12
     assert roomy == {"mean_batch": 12.0, "max_batch": 12, "preemptions": 0}
 
 
 def test_simulated_pressure_stores_all_but_the_last_token_like_an_engine() -> None:
     # 12 requests of 512 tokens: the engine stores 511 of each, 4 blocks of 128, 48 in all
-    assert kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=48, max_len=2048)["preemptions"] == 0
-    assert kp.simulated_pressure([341] * 12, 171, block_size=128, blocks=47, max_len=2048)["preemptions"] > 0
-    with pytest.raises(ValueError, match="output_tokens must be >= 2"):
-        kp.simulated_pressure([10], 1, block_size=16, blocks=200, max_len=2048)
+    assert kp.simulated_pressure([341] * 12, [171] * 12, block_size=128, blocks=48, max_len=2048)["preemptions"] == 0
+    assert kp.simulated_pressure([341] * 12, [171] * 12, block_size=128, blocks=47, max_len=2048)["preemptions"] > 0
+    with pytest.raises(ValueError, match="every output must be >= 2"):
+        kp.simulated_pressure([10], [1], block_size=16, blocks=200, max_len=2048)
 
 
 class _FakeServer:
@@ -77,3 +89,16 @@ def test_budget_bytes_reads_the_launch_flag() -> None:
     assert kp.budget_bytes(_FakeServer(["vllm", "serve", "--kv-cache-memory-bytes", "1234"])) == 1234
     with pytest.raises(ValueError, match="no --kv-cache-memory-bytes"):
         kp.budget_bytes(_FakeServer(["vllm", "serve"]))
+
+
+def test_peak_blocks_counts_only_requests_still_running() -> None:
+    # two requests of 4-token prompts, blocks of 4: the short one leaves before the long one grows
+    assert kp.peak_blocks([4, 4], [2, 10], 4) == 4  # k=2: 2 + 2 blocks; later only the long one, up to 4 blocks
+    assert kp.peak_blocks([341] * 12, [171] * 12, 128) == 48
+
+
+def test_peak_blocks_is_the_smallest_pool_the_simulator_never_preempts_in() -> None:
+    prompts, outputs = [342] * 12, kp.pressure_output_tokens(4096, 12, 342, 1.5)
+    peak = kp.peak_blocks(prompts, outputs, 128)
+    assert kp.simulated_pressure(prompts, outputs, block_size=128, blocks=peak, max_len=2048)["preemptions"] == 0
+    assert kp.simulated_pressure(prompts, outputs, block_size=128, blocks=peak - 1, max_len=2048)["preemptions"] > 0

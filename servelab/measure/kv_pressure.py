@@ -37,15 +37,23 @@ COUNTERS = ("evictions", "cached_tokens")
 MIN_MISSED_STEPS = 3  # a gap counts as a pause when another request received this many tokens meanwhile
 
 
-def pressure_output_tokens(kv_tokens: int, requests: int, prompt_tokens: int, overfill: float) -> int:
-    """Answer length at which `requests` requests of `prompt_tokens` + answer need `overfill` x `kv_tokens`."""
+def pressure_output_tokens(kv_tokens: int, requests: int, prompt_tokens: int, overfill: float,
+                           spread: float = 0.5) -> list[int]:
+    """Answer lengths at which `requests` requests of `prompt_tokens` + answer need `overfill` x `kv_tokens`.
+
+    The lengths rise evenly from `1 - spread` to `1 + spread` times their mean, so the requests finish
+    at different times, as real ones do; an engine then admits waiting requests while others still run.
+    """
     if not overfill > 1:
         raise ValueError(f"overfill must be > 1 (how many times the budget the requests need), got {overfill!r}")
-    out = int(overfill * kv_tokens) // requests - prompt_tokens
-    if out < 1:
-        raise ValueError(f"{requests} prompts of {prompt_tokens} tokens already need more than {overfill} x "
-                         f"kv_tokens={kv_tokens}; use fewer requests or shorter prompts")
-    return out
+    if not 0 <= spread < 1:
+        raise ValueError(f"spread must be in [0, 1) (answer lengths vary by +-spread of their mean), got {spread!r}")
+    mean = overfill * kv_tokens / requests - prompt_tokens
+    if mean * (1 - spread) < 2:
+        raise ValueError(f"{requests} prompts of {prompt_tokens} tokens leave answers under 2 tokens at {overfill} x "
+                         f"kv_tokens={kv_tokens}; use fewer requests, shorter prompts or a smaller spread")
+    step = 2 * spread / (requests - 1) if requests > 1 else 0.0
+    return [round(mean * (1 - spread + step * i)) for i in range(requests)]
 
 
 def budget_bytes(server: Server) -> int:
@@ -57,9 +65,18 @@ def budget_bytes(server: Server) -> int:
     return int(argv[argv.index("--kv-cache-memory-bytes") + 1])
 
 
-def reservation_fit(kv_tokens: int, max_len: int, need: int) -> dict[str, int]:
-    """How many requests contiguous reservation runs at once in `kv_tokens`: a `max_len` slab or `need` each."""
-    return {"max_len": kv_tokens // max_len, "exact": kv_tokens // need}
+def reservation_fit(kv_tokens: int, max_len: int, needs: Sequence[int]) -> dict[str, int]:
+    """How many requests contiguous reservation starts at once in `kv_tokens`, first come first served.
+
+    `max_len`: a slab of the context length each. `exact`: a slab of exactly what each needs (`needs`,
+    in the order the requests arrive), the oracle that knows every answer's length.
+    """
+    exact, used = 0, 0
+    for need in needs:
+        if used + need > kv_tokens:
+            break
+        exact, used = exact + 1, used + need
+    return {"max_len": min(len(needs), kv_tokens // max_len), "exact": exact}
 
 
 class _Sampler(Sampler):
@@ -107,22 +124,23 @@ async def _stream(client: AsyncOpenAI, model: str, i: int, prompt: str, t0: floa
         if any(c.delta.content for c in chunk.choices):
             times.append(time.perf_counter() - t0)
         usage = chunk.usage or usage
-    return {"req": i, "sent_s": sent, "prompt_tokens": usage.prompt_tokens if usage else 0,
+    return {"req": i, "sent_s": sent, "max_tokens": max_tokens, "prompt_tokens": usage.prompt_tokens if usage else 0,
             "completion_tokens": usage.completion_tokens if usage else 0}, times
 
 
-async def _all(server: Server, prompts: Sequence[str], max_tokens: int, extra: dict, t0: float) -> list:
+async def _all(server: Server, prompts: Sequence[str], max_tokens: Sequence[int], t0: float) -> list:
     client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
     try:
         await _stream(client, server.served_model, -1, "Hello", t0, 1, {})  # warm the client and the server
-        return await asyncio.gather(*(_stream(client, server.served_model, i, p, t0, max_tokens, extra)
-                                      for i, p in enumerate(prompts)))
+        return await asyncio.gather(*(_stream(client, server.served_model, i, p, t0, n, {"min_tokens": n})
+                                      for i, (p, n) in enumerate(zip(prompts, max_tokens, strict=True))))
     finally:
         await client.close()
 
 
-def run_pressure(server: Server, prompts: Sequence[str], max_tokens: int, every_s: float = 0.25) -> PressureRun:
-    """Send all `prompts` at once, greedy, each answer exactly `max_tokens` long; gauges every `every_s` s.
+def run_pressure(server: Server, prompts: Sequence[str], max_tokens: Sequence[int],
+                 every_s: float = 0.25) -> PressureRun:
+    """Send all `prompts` at once, greedy, answer `i` exactly `max_tokens[i]` long; gauges every `every_s` s.
 
     The length is forced with `min_tokens` (end-of-sequence is refused until then), not `ignore_eos`:
     SGLang reserves the whole answer at admission for `ignore_eos` requests (their length is known),
@@ -130,11 +148,12 @@ def run_pressure(server: Server, prompts: Sequence[str], max_tokens: int, every_
     from the early-EOS estimate").
     """
     names = GAUGES[server.engine]
-    extra = {"min_tokens": max_tokens}
+    if len(max_tokens) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(max_tokens)} answer lengths; give one length per prompt")
     t0 = time.perf_counter()  # the Sampler's clock starts a few milliseconds later, in its thread
     counters = [names[c] for c in COUNTERS]
     with _Sampler(server.url, list(names.values()), counters, every_s) as sampler:
-        coro = _all(server, prompts, max_tokens, extra, t0)
+        coro = _all(server, prompts, max_tokens, t0)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:  # works inside Jupyter's running loop too
             answers = pool.submit(asyncio.run, coro).result()
     zero = min(row["sent_s"] for row, _ in answers)  # times from the moment the requests were sent
@@ -150,20 +169,29 @@ def run_pressure(server: Server, prompts: Sequence[str], max_tokens: int, every_
 
 
 def pauses(tokens: pd.DataFrame, min_missed: int = MIN_MISSED_STEPS) -> pd.DataFrame:
-    """Stretches in which a request received no token while another received at least `min_missed`.
+    """Stretches in which a request received no token while the engine went on producing them for others.
 
-    Engines decode every running request once per step, so a request that misses several steps that
+    Engines decode every running request once per step, so a request that misses steps that the
     others ran was not running: it had been preempted (vLLM) or retracted (SGLang) and waited to be
-    readmitted. One row per pause: `req`, `start_s` (its last token before), `end_s` (its next token).
+    readmitted. Tokens reach the client in bursts when the API server falls behind, so the steps
+    others ran are counted as distinct arrival times (arrivals closer than a quarter of the median
+    gap between two tokens of a stream are one), and a gap counts when it holds at least
+    `min_missed` of them and lasts at least `min_missed` median gaps. A stall of the whole server,
+    or a burst of buffered tokens, is not a pause. One row per pause: `req`, `start_s` (its last
+    token before) and `end_s` (its next token).
     """
     by_req = {r: np.sort(g["t_s"].to_numpy()) for r, g in tokens.groupby("req")}
+    gaps = np.concatenate([np.diff(t) for t in by_req.values()] or [np.zeros(0)])
+    median = float(np.median(gaps)) if len(gaps) else 0.0
     rows = []
     for r, times in by_req.items():
-        others = [t for q, t in by_req.items() if q != r]
+        others = np.sort(np.concatenate([t for q, t in by_req.items() if q != r] or [np.zeros(0)]))
         for a, b in zip(times[:-1], times[1:], strict=True):
-            got = max((int(np.searchsorted(t, b) - np.searchsorted(t, a, side="right")) for t in others),
-                      default=0)
-            if got >= min_missed:
+            if b - a < min_missed * median:
+                continue
+            inside = others[(others > a) & (others < b)]
+            steps = int(len(inside) > 0) + int((np.diff(inside) > median / 4).sum())
+            if steps >= min_missed:
                 rows.append({"req": r, "start_s": float(a), "end_s": float(b)})
     return pd.DataFrame(rows, columns=["req", "start_s", "end_s"])
 
@@ -192,7 +220,20 @@ def busy_mean_running(timeline: pd.DataFrame) -> float:
     return float((timeline["running"][busy] * weight).sum() / weight.sum())
 
 
-def simulated_pressure(prompt_tokens: Sequence[int], output_tokens: int, *, block_size: int, blocks: int,
+def peak_blocks(prompt_tokens: Sequence[int], output_tokens: Sequence[int], block_size: int) -> int:
+    """Most blocks the requests hold at once if all start together and none is preempted.
+
+    After generating its first `k` tokens a request stores `prompt + k - 1` tokens (the newest token
+    is not fed back yet); it leaves once it has all `output` tokens. The peak is the largest sum over
+    `k` of the blocks the requests still running hold.
+    """
+    prompts, outputs = np.asarray(prompt_tokens), np.asarray(output_tokens)
+    k = np.arange(1, int(outputs.max()) + 1)[:, None]  # tokens generated so far
+    held = np.where(k <= outputs, -(-(prompts + k - 1) // block_size), 0)
+    return int(held.sum(axis=1).max())
+
+
+def simulated_pressure(prompt_tokens: Sequence[int], output_tokens: Sequence[int], *, block_size: int, blocks: int,
                        max_len: int) -> dict[str, float]:
     """The same requests, all arriving at step 0, in the from-scratch paged simulator with `blocks` blocks.
 
@@ -202,9 +243,10 @@ def simulated_pressure(prompt_tokens: Sequence[int], output_tokens: int, *, bloc
     step, so it is given `output_tokens - 1`. It counts steps, not seconds, and prefill and
     recomputation cost it nothing.
     """
-    if output_tokens < 2:
-        raise ValueError(f"output_tokens must be >= 2 (one is never stored), got {output_tokens!r}")
-    reqs = pd.DataFrame({"arrival": 0, "prompt_len": list(prompt_tokens), "output_len": output_tokens - 1})
+    if min(output_tokens) < 2:
+        raise ValueError(f"every output must be >= 2 tokens (one is never stored), got {min(output_tokens)}")
+    reqs = pd.DataFrame({"arrival": 0, "prompt_len": list(prompt_tokens),
+                         "output_len": [n - 1 for n in output_tokens]})
     summary = simulate(reqs, f"paged:{block_size}", blocks * block_size, max_len=max_len).summary
     return {"mean_batch": float(summary["mean_batch"]), "max_batch": int(summary["max_batch"]),
             "preemptions": int(summary["preemptions"])}
