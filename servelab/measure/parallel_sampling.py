@@ -46,7 +46,10 @@ def measure_parallel_sampling(server: Server, n_values: list[int], *, num_blocks
 
     Each n gets a fresh prompt of exactly `prompt_tokens` tokens, so nothing is already in the prefix
     cache. vLLM keeps one block aside (the "null block"), so its usage gauge is used / (num_blocks - 1).
+    `output_tokens` must be at least 2 (one generated token is never stored).
     """
+    if output_tokens < 2:
+        raise ValueError(f"output_tokens must be >= 2 (the last token is never stored), got {output_tokens!r}")
     rows = []
     for n in n_values:
         prompt = prompt_with_tokens(server, prompt_tokens, seed=10_000 + 100 * seed + n)
@@ -57,7 +60,9 @@ def measure_parallel_sampling(server: Server, n_values: list[int], *, num_blocks
         if got != prompt_tokens:
             raise RuntimeError(f"/tokenize counted {prompt_tokens} tokens but the chat request used {got}")
         details = response.usage.prompt_tokens_details
-        predicted = parallel_sampling_blocks(got, output_tokens, n, block_size)
+        # An engine stores the KV of the prompt and of every generated token but the last, which is
+        # sampled and returned, never fed back: each sample holds prompt + output - 1 tokens at the end.
+        predicted = parallel_sampling_blocks(got, output_tokens - 1, n, block_size)
         rows.append({
             "block size": block_size,
             "n": n,
