@@ -18,11 +18,13 @@ def _choice(ids, tokens, finish="stop", key="token_ids"):
             "finish_reason": finish, "logprobs": {"content": content}, key: ids}
 
 
-def _answer(ids, tokens=None, alternatives=None):
-    """An engine answer: `alternatives` maps a position to its runner-up token."""
+def _answer(ids, tokens=None, alternatives=None, gap=0.2, third=None):
+    """An engine answer: `alternatives` maps a position to its runner-up token, `gap` nats behind the chosen
+    one; `third` maps a position to a third candidate (rank 3), 0.01 nats behind the runner-up."""
     tokens = tokens or [f"t{i}" for i in ids]
-    alternatives = alternatives or {}
-    cands = tuple(((t, -0.1), (alternatives.get(i, "zz"), -0.3)) for i, t in enumerate(tokens))
+    alternatives, third = alternatives or {}, third or {}
+    cands = tuple(((t, -0.1), (alternatives.get(i, "zz"), -0.1 - gap), (third.get(i, "yy"), -0.11 - gap))
+                  for i, t in enumerate(tokens))
     return Answer("".join(tokens), tuple(ids), tuple(tokens), cands)
 
 
@@ -53,13 +55,19 @@ def test_first_divergence():
     assert first_divergence([], [4]) == 0
 
 
-def test_a_near_tie_needs_each_token_among_the_others_candidates():
+def test_a_near_tie_needs_each_token_second_in_the_others_candidates_and_close():
     a = _answer([1, 2], alternatives={1: "t3"})
     b = _answer([1, 3], alternatives={1: "t2"})
     assert near_tie(a, b, 1) is True
     c = _answer([1, 4])  # t4 is in neither's candidates at position 1
     assert near_tie(a, c, 1) is False
-    assert near_tie(a, Answer("", (1, 3)), 1) is None  # a reference without candidates cannot be judged
+    third = _answer([1, 2], third={1: "t3"})  # t3 among the candidates, but third: not a swap of the top two
+    assert near_tie(third, b, 1) is False
+    far = _answer([1, 2], alternatives={1: "t3"}, gap=setup_check.NEAR_TIE_NATS + 0.1)
+    assert near_tie(far, b, 1) is False, "a runner-up further behind than rounding moves logits is no tie"
+    at_bound = _answer([1, 2], alternatives={1: "t3"}, gap=setup_check.NEAR_TIE_NATS)
+    assert near_tie(at_bound, b, 1) is True
+    assert near_tie(a, Answer("", (1, 3)), 1) is False  # without candidates it cannot be judged a tie
 
 
 def test_fp32_claims_identical_tokens_and_fails_on_any_difference():
@@ -85,10 +93,12 @@ def test_bf16_reports_the_divergence_and_accepts_only_near_ties():
     assert not broken.holds, "a divergence to a token outside the top candidates is not rounding"
 
 
-def test_a_reference_without_candidates_shows_ids_and_only_exactness_judges_it():
+def test_a_divergence_without_candidates_shows_ids_and_fails():
     result = compare(["q"], {"vLLM": [_answer([1, 2])], "transformers": [Answer("", (1, 4))]}, exact=False)
     assert result.table.iloc[0]["tokens there"] == "'t2' / id 4"
-    assert result.holds  # nothing judged a near tie, nothing claimed exact
+    assert not result.holds, "a divergence that cannot be judged is not accepted as rounding"
+    same = compare(["q"], {"vLLM": [_answer([1, 2])], "transformers": [Answer("", (1, 2))]}, exact=True)
+    assert same.holds
     assert not compare(["q"], {"vLLM": [_answer([1, 2])], "transformers": [Answer("", (1, 4))]}, exact=True).holds
 
 
@@ -153,3 +163,21 @@ def test_answers_table_has_each_sources_text_and_the_first_sources_margin():
     table = setup_check.answers_table(["q"], {"vLLM": [a], "transformers": [Answer("Paris.", (1,))]})
     assert list(table.columns) == ["question", "vLLM", "transformers", "smallest margin, vLLM (nats)"]
     assert table.iloc[0, -1] == pytest.approx(0.3)
+
+
+def test_the_other_dtype_differs_in_mantissa_on_every_profile():
+    for name in profiles.names():
+        dtype = profiles.load(name).dtype
+        other = setup_check.other_dtype(dtype)
+        assert setup_check.MANTISSA_BITS[other] != setup_check.MANTISSA_BITS[dtype], (name, dtype, other)
+    with pytest.raises(ValueError, match="unknown dtype 'int8'; accepted: float32"):
+        setup_check.other_dtype("int8")
+
+
+def test_vllm_omp_threads_are_the_core_ids_its_log_lists():
+    log = ("(EngineCore pid=1) INFO [ompmultiprocessing.py:185] \tlocal_world_size=1, reserve_cpu_num=1\n"
+           "(EngineCore pid=1) INFO [ompmultiprocessing.py:185] \tlocal_rank=0, core ids=[0, 1, 2]\n")
+    assert setup_check.vllm_omp_threads(log) == 3
+    assert setup_check.vllm_omp_threads("local_rank=0, core ids=[0]") == 1
+    with pytest.raises(ValueError, match="lists no 'core ids"):
+        setup_check.vllm_omp_threads("no binding here")

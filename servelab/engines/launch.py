@@ -94,7 +94,9 @@ def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[s
     return LaunchSpec("sglang", argv + _flags(opts), extra)
 
 
-# Each engine's flag for the share of GPU memory it may claim (weights, activations and KV together).
+# Each engine's flag for the share of GPU memory it may claim. They differ in what the share covers: vLLM's
+# covers weights, activations (and CUDA graphs) and KV cache (vllm/v1/worker/gpu_worker.py); SGLang's covers
+# weights and KV pool only, activations and CUDA graphs come out of the rest (sglang/srt/arg_groups/memory_hook.py).
 MEMORY_FRACTION_FLAG = {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static"}
 
 
