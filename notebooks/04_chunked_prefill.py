@@ -118,24 +118,24 @@ for name, config in {"vLLM, budget 6": SchedulerConfig("vllm", budget=6),
 # so it grows with the profile; the streams are asked for enough tokens to keep decoding through
 # its whole prefill at the smallest budget. Budgets come from the profile's list of chunk sizes.
 #
-# Six servers: vLLM at the smallest, the second and the largest budget; vLLM at the largest budget
-# with `--long-prefill-token-threshold` set to the smallest, which caps the prompt tokens one request
+# Six servers: vLLM at the smallest and the largest budget; vLLM at the largest budget with
+# `--long-prefill-token-threshold` set to the smallest, which caps the prompt tokens one request
 # may compute in a step (`vllm/config/scheduler.py`: default 0, no cap; applied only while more than
-# one request is running or waiting); and SGLang at the smallest chunk size, without and with
-# `--enable-mixed-chunk`.
+# one request is running or waiting); SGLang with `--enable-mixed-chunk` at the smallest and the
+# largest chunk size; and SGLang at the smallest chunk size without it. The budgets in between are
+# left to the simulator.
 
 # %%
 sizes = prof.chunk_sizes
 scenario = live.scenario_for(prof.max_model_len, sizes[0], streams=streams, stream_prompt_tokens=stream_prompt_tokens,
                              long_prompt_fraction=long_prompt_fraction)
-configs = [
-    live.LiveConfig("vllm", sizes[-1], calibrate=True),
-    live.LiveConfig("vllm", sizes[1]),
-    live.LiveConfig("vllm", sizes[0]),
-    live.LiveConfig("vllm", sizes[-1], long_prefill_token_threshold=sizes[0]),
-    live.LiveConfig("sglang", sizes[0], calibrate=True),
-    live.LiveConfig("sglang", sizes[0], mixed_chunk=True),
-]
+vllm_large_cfg = live.LiveConfig("vllm", sizes[-1], calibrate=True)
+vllm_small_cfg = live.LiveConfig("vllm", sizes[0])
+vllm_threshold_cfg = live.LiveConfig("vllm", sizes[-1], long_prefill_token_threshold=sizes[0])
+sgl_plain_cfg = live.LiveConfig("sglang", sizes[0], calibrate=True)
+sgl_mixed_cfg = live.LiveConfig("sglang", sizes[0], mixed_chunk=True)
+sgl_mixed_large_cfg = live.LiveConfig("sglang", sizes[-1], mixed_chunk=True)
+configs = [vllm_large_cfg, vllm_small_cfg, vllm_threshold_cfg, sgl_plain_cfg, sgl_mixed_cfg, sgl_mixed_large_cfg]
 calibration = {"prompt_lengths": [sizes[0], sizes[-1] // 2, sizes[-1]], "batch_sizes": [1, streams],
                "contexts": [stream_prompt_tokens, scenario.long_prompt_tokens // 2],
                "decode_tokens": calibration_decode_tokens, "repeats": calibration_repeats}
@@ -173,9 +173,10 @@ measured[[*live.METRICS, "gaps", *reported]].round(3)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-vllm_small, vllm_large = measured.loc[configs[2].label], measured.loc[configs[0].label]
-vllm_threshold = measured.loc[configs[3].label]
-sgl_plain, sgl_mixed = measured.loc[configs[4].label], measured.loc[configs[5].label]
+vllm_small, vllm_large = measured.loc[vllm_small_cfg.label], measured.loc[vllm_large_cfg.label]
+vllm_threshold = measured.loc[vllm_threshold_cfg.label]
+sgl_plain, sgl_mixed = measured.loc[sgl_plain_cfg.label], measured.loc[sgl_mixed_cfg.label]
+sgl_mixed_large = measured.loc[sgl_mixed_large_cfg.label]
 # vLLM: the streams' p99 gap during the long prefill is higher with the largest budget than with the smallest
 print(vllm_large.itl_p99_s > vllm_small.itl_p99_s)
 # vLLM: the long prompt's TTFT is longer with the smallest budget than with the largest
@@ -186,6 +187,8 @@ print(vllm_threshold.itl_p99_s < vllm_large.itl_p99_s)
 print(sgl_plain.longest_stall_s > 0.5 * sgl_plain.long_ttft_s)
 # SGLang: mixed chunk shortens the streams' longest stall
 print(sgl_mixed.longest_stall_s < sgl_plain.longest_stall_s)
+# SGLang with mixed chunk: the largest chunk size gives a higher p99 gap and a shorter TTFT than the smallest
+print(sgl_mixed_large.itl_p99_s > sgl_mixed.itl_p99_s, sgl_mixed.long_ttft_s > sgl_mixed_large.long_ttft_s)
 
 # %% [markdown]
 # The first picture is the measurement itself: every token each stream received, against time
@@ -434,7 +437,9 @@ print(f"steady decode gap {steady_gap * 1e3:.1f} ms, target {target * 1e3:.1f} m
 
 # %%
 ratio = {"vllm": vllm_large.itl_p99_s / vllm_small.itl_p99_s,
+         "sglang mixed": sgl_mixed_large.itl_p99_s / sgl_mixed.itl_p99_s,
          "sglang mixed vs plain": sgl_plain.longest_stall_s / sgl_mixed.longest_stall_s}
+too_short = int((comparison[comparison.metric.isin(compared)].rel_error < 0).sum())
 mean_err = comparison.assign(abs_err=comparison.rel_error.abs()).groupby("metric").abs_err.mean()
 per_engine = comparison[comparison.metric.isin(compared)].assign(
     engine=lambda f: f.config.str.split().str[0], abs_err=lambda f: f.rel_error.abs()).groupby("engine").abs_err.mean()
@@ -447,6 +452,10 @@ print("SGLang without mixed chunk: the streams' longest stall was "
       f"{sgl_plain.longest_stall_s / sgl_plain.long_ttft_s:.2f} "
       f"of the long prompt's TTFT, although chunks were {sizes[0]} tokens; with mixed chunk it was "
       f"{ratio['sglang mixed vs plain']:.1f} times shorter.")
+print(f"SGLang with mixed chunk: raising the chunk size from {sizes[0]} to {sizes[-1]} multiplied the p99 gap by "
+      f"{ratio['sglang mixed']:.1f} and divided the long prompt's TTFT by "
+      f"{sgl_mixed.long_ttft_s / sgl_mixed_large.long_ttft_s:.1f}.")
+print(f"The simulator predicted {too_short} of {len(configs) * len(compared)} of these times too short.")
 print("Simulator, mean |error| over the servers: " + ", ".join(f"{m} {100 * mean_err[m]:.0f}%" for m in compared)
       + "; per engine over those metrics: " + ", ".join(f"{e} {100 * v:.0f}%" for e, v in per_engine.items()))
 print(f"Late gaps over early gaps during the prefill: vLLM {growth.filter(like='vllm').min():.2f} to "
@@ -457,11 +466,11 @@ print(f"Late gaps over early gaps during the prefill: vLLM {growth.filter(like='
 # vLLM, where decodes and chunks share every step. In SGLang it holds only with
 # `--enable-mixed-chunk`: without it the chunk size bounds each step's length but the running
 # streams still wait for the last chunk, as the source reading and the simulator predicted. The
-# simulator gets the shape of the trade-off right, and the direction of every comparison, but not
-# the level where chunks get more expensive as the prompt grows: its linear cost model would need a
-# term for a chunk's attention over the earlier chunks, calibrated with prompts long enough to be
-# chunked. A smaller budget is not free either: it buys shorter gaps for the streams and costs the long
-# prompt the fixed cost of every step it adds.
+# simulator gets the shape of the trade-off, but not its level where chunks get more expensive as
+# the prompt grows: its linear cost model would need a term for a chunk's attention over the
+# earlier chunks, calibrated with prompts long enough to be chunked. A smaller budget is not free
+# either: it buys shorter gaps for the streams and costs the long prompt the fixed cost of every
+# step it adds.
 #
 # ## Exercises
 #
