@@ -107,11 +107,11 @@ def test_prompt_ids_are_exact_seeded_and_ordinary():
         prompt_ids(0, seed=0)
 
 
-def test_scenario_specs_send_the_long_prompt_after_stream_0s_warm_up():
+def test_scenario_specs_send_the_long_prompt_after_the_last_streams_warm_up():
     specs = scenario_specs(Scenario(streams=3, stream_prompt_tokens=16, stream_output_tokens=40,
                                     long_prompt_tokens=500, warmup_tokens=5))
     assert [s.name for s in specs] == ["stream 0", "stream 1", "stream 2", LONG]
-    assert specs[-1].after == ("stream 0", 5) and len(specs[-1].prompt) == 500
+    assert specs[-1].after == ("stream 2", 5) and len(specs[-1].prompt) == 500
     assert len({tuple(s.prompt[:8]) for s in specs}) == 4  # no shared prefix
 
 
@@ -241,7 +241,7 @@ def test_predict_and_errors_compare_the_simulator_with_a_measurement_row_by_row(
     assert np.allclose(table.rel_error, -0.5)
     # the larger budget: longer gaps for the streams, shorter TTFT for the long prompt
     small, large = predicted.set_index("config").loc[[c.label for c in configs]].itertuples()
-    assert large.itl_p99_s > small.itl_p99_s and large.long_ttft_s < small.long_ttft_s
+    assert large.itl_p90_s > small.itl_p90_s and large.long_ttft_s < small.long_ttft_s
     with pytest.raises(ValueError, match="no cost model for sglang"):
         live.predict([live.LiveConfig("sglang", 32)], sc, {"vllm": COST})
 

@@ -134,7 +134,7 @@ def token_times(chunks: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 def window_stats(run: StreamRun, long: str = LONG) -> dict[str, float]:
-    """The long prompt's TTFT (from its send to its first token) and the other streams' ITL p50, p99
+    """The long prompt's TTFT (from its send to its first token) and the other streams' ITL p50, p90
     and longest stall over that window (``sim.chunked_prefill.itl_summary``, as for the simulator)."""
     times = token_times(run.chunks)
     if long not in times or times[long].size == 0:
@@ -146,12 +146,14 @@ def window_stats(run: StreamRun, long: str = LONG) -> dict[str, float]:
 
 
 def scenario_specs(scenario: Scenario, seed: int = 0) -> list[StreamSpec]:
-    """The simulator's scenario as requests: the streams at once, the long prompt after stream 0's
-    ``warmup_tokens``-th chunk. Every prompt is fresh (seeded by ``seed``), so nothing is cached."""
+    """The simulator's scenario as requests: the streams at once, the long prompt after the last
+    stream's ``warmup_tokens``-th chunk (the last stream sent is the last admitted, so all are decoding).
+    Every prompt is fresh (seeded by ``seed``), so nothing is cached."""
     specs = [StreamSpec(stream_name(i), prompt_ids(scenario.stream_prompt_tokens, seed * 1000 + i),
                         scenario.stream_output_tokens) for i in range(scenario.streams)]
     return [*specs, StreamSpec(LONG, prompt_ids(scenario.long_prompt_tokens, seed * 1000 + 999),
-                               scenario.long_output_tokens, after=(stream_name(0), scenario.warmup_tokens))]
+                               scenario.long_output_tokens,
+                               after=(stream_name(scenario.streams - 1), scenario.warmup_tokens))]
 
 
 def prefill_samples(run: StreamRun, budget: int | None = None) -> list[StepSample]:

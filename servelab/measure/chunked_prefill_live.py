@@ -35,7 +35,7 @@ from servelab.measure.chunked_prefill import (
 from servelab.sim.chunked_prefill import LONG, CostModel, Scenario, SchedulerConfig, run_scenario
 from servelab.sim.chunked_prefill import window_stats as sim_window_stats
 
-METRICS = ("long_ttft_s", "itl_p50_s", "itl_p99_s", "longest_stall_s")
+METRICS = ("long_ttft_s", "itl_p50_s", "itl_p90_s", "longest_stall_s")
 
 
 @dataclass(frozen=True)
@@ -67,16 +67,18 @@ class LiveConfig:
 def scenario_for(max_model_len: int, smallest_budget: int, *, streams: int, stream_prompt_tokens: int,
                  long_prompt_fraction: float, warmup_tokens: int = 4, spare_tokens: int = 8) -> Scenario:
     """The scenario sized for a profile: the long prompt is ``long_prompt_fraction`` of the context
-    window; the streams generate long enough to decode through its prefill at the smallest budget
-    (one token per step, ``budget - streams`` prompt tokens per step) and ``spare_tokens`` more."""
+    window; the streams generate long enough to decode through their own prefills (the long prompt
+    waits for the last stream's warm-up), then through its prefill at the smallest budget (one token
+    per step, ``budget - streams`` prompt tokens per step), and ``spare_tokens`` more."""
     if not 0 < long_prompt_fraction < 1:
         raise ValueError(f"long_prompt_fraction must be in (0, 1), got {long_prompt_fraction}")
     if smallest_budget <= streams:
         raise ValueError(f"the smallest budget ({smallest_budget}) must exceed the streams ({streams})")
     long = int(max_model_len * long_prompt_fraction)
     steps = -(-long // (smallest_budget - streams))
+    stagger = -(-streams * stream_prompt_tokens // (smallest_budget - streams))
     return Scenario(streams=streams, stream_prompt_tokens=stream_prompt_tokens,
-                    stream_output_tokens=warmup_tokens + steps + spare_tokens, long_prompt_tokens=long,
+                    stream_output_tokens=warmup_tokens + stagger + steps + spare_tokens, long_prompt_tokens=long,
                     warmup_tokens=warmup_tokens)
 
 

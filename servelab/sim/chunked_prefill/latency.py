@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-SUMMARY_KEYS = ("itl_p50_s", "itl_p99_s", "longest_stall_s", "gaps")
+SUMMARY_KEYS = ("itl_p50_s", "itl_p90_s", "longest_stall_s", "gaps")
 
 
 def gaps_in_window(times: Sequence[float], start_s: float, end_s: float) -> np.ndarray:
@@ -29,10 +29,10 @@ def gaps_in_window(times: Sequence[float], start_s: float, end_s: float) -> np.n
 
 
 def itl_summary(streams: Mapping[str, Sequence[float]], start_s: float, end_s: float) -> dict[str, float]:
-    """p50 and p99 (linear interpolation) and the longest of all streams' gaps in the window, pooled."""
+    """p50 and p90 (linear interpolation) and the longest of all streams' gaps in the window, pooled."""
     pooled = np.concatenate([gaps_in_window(t, start_s, end_s) for t in streams.values()] or [np.empty(0)])
     if pooled.size == 0:
         raise ValueError(f"no stream has an inter-token gap in the window [{start_s}, {end_s}] "
                          f"(streams: {', '.join(streams) or 'none'})")
-    return {"itl_p50_s": float(np.percentile(pooled, 50)), "itl_p99_s": float(np.percentile(pooled, 99)),
+    return {"itl_p50_s": float(np.percentile(pooled, 50)), "itl_p90_s": float(np.percentile(pooled, 90)),
             "longest_stall_s": float(pooled.max()), "gaps": int(pooled.size)}

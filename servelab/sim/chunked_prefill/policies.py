@@ -25,7 +25,9 @@ chunk is cut there and becomes the chunked request. So while a long prompt is be
 running requests do not decode at all. With ``--enable-mixed-chunk`` the running requests' decodes ride
 in the prefill batch and their count is taken off both budgets first (``num_mixed_decode_tokens``).
 ``--chunked-prefill-size -1`` disables chunking: a prompt is prefilled whole (the first one of a batch
-even above ``max_prefill_tokens``).
+even above ``max_prefill_tokens``). ``--prefill-decode-interval N`` (default off; ``_should_defer_prefill``
+and ``_arm_prefill_decode_interval``) runs N decode batches after every prefill batch, a chunk included,
+before the next prefill may form (``--prefill-decode-interval-min-bs`` is left at its default 0).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class SchedulerConfig:
     ``budget``: vLLM's ``max_num_batched_tokens`` / SGLang's ``chunked_prefill_size`` (tokens per step;
     ``None``: unlimited). ``chunking``: vLLM's ``enable_chunked_prefill`` / SGLang's chunk size not -1
     (SGLang without chunking ignores ``budget``). ``long_prefill_token_threshold``: vLLM only (0 = off).
-    ``mixed_chunk``: SGLang's ``--enable-mixed-chunk``. ``max_running``: vLLM's ``max_num_seqs`` /
+    ``mixed_chunk``: SGLang's ``--enable-mixed-chunk``. ``prefill_decode_interval``: SGLang's
+    ``--prefill-decode-interval`` (0 = off). ``max_running``: vLLM's ``max_num_seqs`` /
     SGLang's ``max_running_requests`` (``None``: unlimited).
     """
 
@@ -53,6 +56,7 @@ class SchedulerConfig:
     chunking: bool = True
     long_prefill_token_threshold: int = 0
     mixed_chunk: bool = False
+    prefill_decode_interval: int = 0
     max_prefill_tokens: int = SGLANG_MAX_PREFILL_TOKENS
     max_running: int | None = None
 
@@ -70,6 +74,10 @@ class SchedulerConfig:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {self.max_prefill_tokens}")
         if self.engine != "vllm" and self.long_prefill_token_threshold:
             raise ValueError("long_prefill_token_threshold is a vLLM option; SGLang has none")
+        if self.prefill_decode_interval < 0:
+            raise ValueError(f"prefill_decode_interval must be >= 0 (0 = off), got {self.prefill_decode_interval}")
+        if self.engine != "sglang" and self.prefill_decode_interval:
+            raise ValueError("prefill_decode_interval is SGLang's --prefill-decode-interval; vLLM has none")
         if self.engine != "sglang" and self.mixed_chunk:
             raise ValueError("mixed_chunk is SGLang's --enable-mixed-chunk; vLLM always mixes")
 
@@ -108,6 +116,7 @@ class Queues:
     running: list[ReqState] = field(default_factory=list)
     waiting: list[ReqState] = field(default_factory=list)
     chunked: ReqState | None = None
+    defer: int = 0  # SGLang: decode batches still owed before the next prefill (prefill_decode_interval)
 
     def busy(self) -> bool:
         return bool(self.running or self.waiting or self.chunked)
@@ -153,7 +162,12 @@ def plan_vllm(q: Queues, cfg: SchedulerConfig) -> Plan:
 
 def plan_sglang(q: Queues, cfg: SchedulerConfig) -> Plan:
     """One step of SGLang's ``get_next_batch_to_run``: a prefill batch if one forms (decodes ride along
-    only with ``mixed_chunk``), else a decode batch of every running request."""
+    only with ``mixed_chunk``), else a decode batch of every running request. After a prefill batch,
+    ``prefill_decode_interval`` decode batches run before the next prefill is considered."""
+    if q.defer > 0 and q.running:
+        q.defer -= 1
+        return [(r, 1) for r in q.running]
+    q.defer = 0
     chunk = _left(cfg.budget) if cfg.chunking else None
     mixed = cfg.mixed_chunk and cfg.chunking
     decode_rows = len(q.running) if mixed else 0
@@ -186,6 +200,7 @@ def plan_sglang(q: Queues, cfg: SchedulerConfig) -> Plan:
         if rem_chunk is not None:
             rem_chunk -= n
     if plan:
+        q.defer = cfg.prefill_decode_interval
         return ([(r, 1) for r in q.running] if mixed else []) + plan
     return [(r, 1) for r in q.running]
 

@@ -1,7 +1,8 @@
 """The chapter's scenario: steady streams, then one long prompt; its TTFT against the streams' ITL.
 
-``streams`` requests of ``stream_prompt_tokens`` arrive together and decode. Once the first stream has
-received ``warmup_tokens`` tokens, a prompt of ``long_prompt_tokens`` tokens arrives. What the streams
+``streams`` requests of ``stream_prompt_tokens`` arrive together and decode. Once the last stream (the
+last admitted, so every stream is past its prefill) has received ``warmup_tokens`` tokens, a prompt of
+``long_prompt_tokens`` tokens arrives. What the streams
 feel is their inter-token gaps during the window from its arrival to its first token
 (``latency.itl_summary``); what it feels is its time to first token. ``tradeoff`` repeats that for
 several step budgets.
@@ -53,9 +54,10 @@ class Scenario:
 
 
 def run_scenario(scenario: Scenario, config: SchedulerConfig, cost: CostModel) -> SimResult:
-    """The scenario under one scheduler: the long prompt arrives when stream 0 got its warm-up tokens."""
+    """The scenario under one scheduler: the long prompt arrives when every stream got its warm-up
+    tokens (the last stream's ``warmup_tokens``-th token), so it never queues behind a stream's prefill."""
     warm = simulate(scenario.streams_only(), config, cost)
-    arrival = float(warm.token_times[stream_name(0)][scenario.warmup_tokens - 1])
+    arrival = max(float(t[scenario.warmup_tokens - 1]) for t in warm.token_times.values())
     return simulate(scenario.requests(arrival), config, cost)
 
 
@@ -76,7 +78,7 @@ def window_stats(result: SimResult) -> dict[str, float]:
 
 def tradeoff(scenario: Scenario, budgets: Sequence[int | None], cost_model: CostModel,
              config: SchedulerConfig | None = None) -> pd.DataFrame:
-    """One row per budget: the long prompt's TTFT and the streams' ITL p50/p99/longest stall meanwhile.
+    """One row per budget: the long prompt's TTFT and the streams' ITL p50/p90/longest stall meanwhile.
 
     ``config`` is the scheduler every budget is put into (default: vLLM, chunked prefill on).
     """
