@@ -10,9 +10,28 @@ in the engines' venvs.
 from __future__ import annotations
 
 import heapq
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 
+from servelab.measure.kv_capacity import engine_capacity
+from servelab.measure.prefix_cache_live import (
+    burst_requests,
+    chat_token_ids,
+    counters,
+    cycle_requests,
+    predict_hits,
+    prefix_server,
+    repeat_requests,
+    run_burst,
+    run_workloads,
+    sglang_schedule_facts,
+    start_in_background,
+)
 from servelab.measure.prefix_caching import (
     agreement,
     block_agreement,
@@ -23,6 +42,7 @@ from servelab.measure.prefix_caching import (
     replay_block_cache,
     replay_radix_tree,
 )
+from servelab.measure.prefix_workloads import make
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 
 SEEDS = list(range(24))
@@ -184,3 +204,215 @@ def test_our_block_cache_agrees_with_vllms_kv_cache_manager(require_engine, cpu)
     assert frame["evicted blocks"].sum() > 0
     disagree = frame[~frame[BLOCK_AGREE].all(axis=1)]
     assert disagree.empty, f"vLLM {frame.attrs['vllm']} disagrees on seeds {disagree['seed'].tolist()}"
+
+
+# ---- the live experiments' parts that need no engine -----------------------------------------------
+
+
+def _fake_server_class():
+    """A stand-in engine: streaming completions that report cached tokens, counters on /metrics, a flush."""
+
+    class Handler(BaseHTTPRequestHandler):
+        state = {"queries": 0, "hits": 0, "flushes": 0, "cache": set(), "engine": "vllm"}
+
+        def _reply(self, code: int, body: str = "", kind: str = "text/plain") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def do_GET(self):  # noqa: N802 - the http.server API
+            s = self.state
+            if s["engine"] == "vllm":
+                text = (f"# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total {s['queries']}\n"
+                        f"# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total {s['hits']}\n")
+            else:  # SGLang shows a counter only once it has counted something
+                text = "" if not s["queries"] else (
+                    f"# TYPE sglang:prompt_tokens counter\nsglang:prompt_tokens_total {s['queries']}\n"
+                    f"# TYPE sglang:cached_tokens counter\nsglang:cached_tokens_total {s['hits']}\n")
+            self._reply(200, text)
+
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path in ("/reset_prefix_cache", "/flush_cache"):
+                self.state["flushes"] += 1
+                self.state["cache"].clear()
+                return self._reply(200)
+            prompt = body["prompt"]
+            hit = max((n for n in range(len(prompt)) if tuple(prompt[:n]) in self.state["cache"]), default=0)
+            self.state["cache"].update(tuple(prompt[:n]) for n in range(1, len(prompt) + 1))
+            self.state["queries"] += len(prompt)
+            self.state["hits"] += hit
+            time.sleep(0.01 * (len(prompt) - hit))  # prefill time grows with the uncached tokens
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            chunks = [{"choices": [{"index": 0, "text": "x", "finish_reason": "length"}], "usage": None},
+                      {"choices": [], "usage": {"prompt_tokens": len(prompt), "completion_tokens": 1,
+                                                "total_tokens": len(prompt) + 1,
+                                                "prompt_tokens_details": {"cached_tokens": hit}}}]
+            for chunk in chunks:
+                chunk.update(id="x", object="text_completion", created=0, model=body["model"])
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def log_message(self, *args):
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def engine_stand_in():
+    handler = _fake_server_class()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield SimpleNamespace(engine="vllm", url=url, api_url=f"{url}/v1", served_model="fake"), handler.state
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_run_workloads_flushes_before_each_workload_and_reads_cached_tokens_and_counters(engine_stand_in):
+    server, state = engine_stand_in
+    workloads = {"a": [[1, 2, 3, 4], [1, 2, 3, 9, 9]], "b": [[1, 2, 3, 4]]}
+    requests, totals = run_workloads(server, workloads, {"a": ["a0", "a1"], "b": ["b0"]})
+    assert state["flushes"] == 2
+    assert requests.cached_tokens.tolist() == [0, 3, 0]  # "b" starts cold although "a" cached its prompt
+    assert requests.request.tolist() == ["a0", "a1", "b0"] and requests.workload.tolist() == ["a", "a", "b"]
+    assert totals.set_index("workload").hits.to_dict() == {"a": 3, "b": 0}
+    assert totals.set_index("workload").queries.to_dict() == {"a": 9, "b": 4}
+    assert (requests.ttft_s <= requests.latency_s).all() and (requests.ttft_s > 0).all()
+
+
+def test_counters_read_a_missing_sglang_counter_as_zero(engine_stand_in):
+    server, state = engine_stand_in
+    state["engine"] = "sglang"
+    sglang = SimpleNamespace(**{**vars(server), "engine": "sglang"})
+    assert counters(sglang) == {"queries": 0.0, "hits": 0.0}
+    state.update(queries=7, hits=3)
+    assert counters(sglang) == {"queries": 7.0, "hits": 3.0}
+
+
+def test_run_burst_sends_in_order_at_once_after_the_warm_up(engine_stand_in):
+    server, state = engine_stand_in
+    shared = list(range(100, 140))
+    burst = [[7] * 30, [8] * 30, shared + [1], shared + [2]]
+    frame = run_burst(server, shared + [0], burst, ["new-0", "new-1", "reuse-0", "reuse-1"])
+    assert state["flushes"] == 1
+    assert frame.start_s.is_monotonic_increasing and frame.start_s.iloc[-1] < frame.end_s.iloc[0]
+    assert frame.set_index("request").cached_tokens.to_dict() == {"new-0": 0, "new-1": 0, "reuse-0": 40, "reuse-1": 40}
+    assert sorted(frame.finished) == [1, 2, 3, 4]
+    assert frame.set_index("request").loc[["reuse-0", "reuse-1"], "finished"].max() == 2  # short prefills end first
+
+
+def test_predicted_hits_block_cache_in_whole_blocks_and_radix_tree_to_the_token():
+    a = list(range(300))
+    prompts = [a, a, a[:200] + [-1] * 50]
+    assert predict_hits("block", prompts, block_size=128, capacity=4096) == [0, 256, 128]
+    assert predict_hits("radix", prompts, capacity=4096) == [0, 299, 200]
+    assert predict_hits("block", [a[:100], a[:100]], block_size=128, capacity=4096) == [0, 0]
+
+
+def test_predicted_hits_under_a_loop_that_overflows_the_cache():
+    docs = [[0] + [d + 1] * 100 for d in range(3)]  # one shared first token, then distinct documents
+    loop = docs + docs
+    assert predict_hits("radix", loop, capacity=1000)[3:] == [100, 100, 100]  # fits: all but the last token
+    assert predict_hits("radix", loop, capacity=250)[3:] == [1, 1, 1]  # least recently used goes first
+    # vLLM frees a request's blocks tail first: the second round still finds each document's first block
+    assert predict_hits("block", loop, block_size=16, capacity=16 * 14)[3:] == [16, 16, 16]
+    assert predict_hits("block", loop, block_size=16, capacity=16 * 30)[3:] == [96, 96, 96]
+
+
+def test_predict_hits_names_bad_input():
+    with pytest.raises(ValueError, match="unknown cache 'lru'; accepted: block, radix"):
+        predict_hits("lru", [[1]], capacity=10)
+    with pytest.raises(ValueError, match="prompt 0 \\(40 tokens\\) does not fit 2 blocks"):
+        predict_hits("block", [[1] * 40], block_size=16, capacity=32)
+
+
+def test_scenario_requests_share_exactly_what_they_should():
+    loop = cycle_requests(0, documents=3, rounds=2, doc_words=50)
+    assert [r.request_id for r in loop] == [f"cycle-{r}-{d}" for r in range(2) for d in range(3)]
+    doc = [r.messages[0]["content"].split("\n\nQuestion:")[0] for r in loop]
+    assert doc[:3] == doc[3:] and len(set(doc[:3])) == 3
+    warm, burst = burst_requests(0, shared_words=60, reusers=2, newcomers=3, newcomer_words=40)
+    assert [r.request_id for r in burst] == ["new-0", "new-1", "new-2", "reuse-0", "reuse-1"]
+    assert all(r.messages[0] == warm.messages[0] for r in burst[3:])
+    assert all(r.messages[0] != warm.messages[0] for r in burst[:3])
+    twice = repeat_requests(0, words=20, times=2)
+    assert twice[0].messages == twice[1].messages and twice[0].request_id != twice[1].request_id
+    assert cycle_requests(1, 3, 2, 50) != loop
+
+
+@pytest.mark.engine_venv
+def test_prefix_servers_ask_for_cache_reports_and_turn_the_cache_off(require_engine, cpu):
+    require_engine("vllm")
+    require_engine("sglang")
+    vllm_on, vllm_off = prefix_server("vllm", cpu), prefix_server("vllm", cpu, caching=False)
+    assert vllm_on.extra_env == {"VLLM_SERVER_DEV_MODE": "1"}
+    assert "--enable-prompt-tokens-details" in vllm_on.spec.argv
+    assert "--no-enable-prefix-caching" not in vllm_on.spec.argv
+    assert "--no-enable-prefix-caching" in vllm_off.spec.argv
+    sglang_on = prefix_server("sglang", cpu, schedule_policy="lpm")
+    sglang_off = prefix_server("sglang", cpu, caching=False)
+    assert "--enable-cache-report" in sglang_on.spec.argv and "--disable-radix-cache" not in sglang_on.spec.argv
+    assert sglang_on.spec.argv[sglang_on.spec.argv.index("--schedule-policy") + 1] == "lpm"
+    assert "--disable-radix-cache" in sglang_off.spec.argv and "--enable-cache-report" in sglang_off.spec.argv
+    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
+        prefix_server("tgi", cpu)
+
+
+@pytest.mark.engine_venv
+def test_sglang_schedule_facts_come_from_its_installed_source(require_engine, cpu):
+    require_engine("sglang")
+    facts = sglang_schedule_facts(cpu)
+    assert "lpm" in facts["CacheAwarePolicy"] and "fcfs" in facts["CacheAgnosticPolicy"]
+    assert isinstance(facts["WAITING_QUEUE_PREFIX_MATCH_MAX"], int) and facts["WAITING_QUEUE_PREFIX_MATCH_MAX"] > 0
+
+
+# ---- both engines live: one server each, a few short requests ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live_hits(cpu, require_engine) -> dict[str, dict]:
+    """Start vLLM and SGLang together with a small KV budget, send the same short workloads to both."""
+    require_engine("vllm")
+    require_engine("sglang")
+    budget = cpu.max_model_len * 9 // 8
+    starts = {e: start_in_background(prefix_server(e, cpu, kv_cache_tokens=budget)) for e in ("vllm", "sglang")}
+    servers = {e: job.result() for e, job in starts.items()}
+    try:
+        chats = {"multi_turn": make("multi_turn", 0, conversations=1, turns=3, user_words=40, assistant_words=30),
+                 "short_repeat": repeat_requests(0, words=30, times=2)}
+        tokens = {n: [chat_token_ids(servers["vllm"], r.messages) for r in reqs] for n, reqs in chats.items()}
+        out = {}
+        for engine, server in servers.items():
+            built = engine_capacity(server)
+            requests, totals = run_workloads(server, tokens)
+            cache, size = ("block", built["block_size"]) if engine == "vllm" else ("radix", 1)
+            requests["predicted"] = [h for n in tokens for h in
+                                     predict_hits(cache, tokens[n], block_size=size, capacity=built["usable"])]
+            out[engine] = {"requests": requests, "totals": totals, "block_size": built["block_size"]}
+        return out
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_our_caches_predict_every_hit_the_engines_report(live_hits, engine):
+    requests = live_hits[engine]["requests"]
+    assert requests.cached_tokens.sum() > 0
+    assert (requests.cached_tokens == requests.predicted).all(), requests.to_dict("records")
+    assert (requests.cached_tokens % live_hits[engine]["block_size"] == 0).all()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_per_request_cached_tokens_add_up_to_the_engines_counters(live_hits, engine):
+    requests, totals = live_hits[engine]["requests"], live_hits[engine]["totals"].set_index("workload")
+    sums = requests.groupby("workload").agg(hits=("cached_tokens", "sum"), queries=("prompt_tokens", "sum"))
+    assert (sums.hits == totals.loc[sums.index, "hits"]).all()
+    assert (sums.queries == totals.loc[sums.index, "queries"]).all()

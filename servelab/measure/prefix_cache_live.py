@@ -1,0 +1,261 @@
+"""Chapter 03 on the real engines: the same token ids sent to vLLM and SGLang, and what our caches predict.
+
+Prompts are chat requests turned into token ids once, by vLLM's ``/tokenize`` with the model's chat
+template (``messages``, ``add_generation_prompt``), and sent to both engines as token-id completions,
+so both engines see exactly the same sequences and any difference in hits comes from their caches.
+Each request asks for one token: its time to first token is its prefill, and only the prompt is
+cached. Per request the engines report their cached prompt tokens in ``usage.prompt_tokens_details``
+(vLLM with ``--enable-prompt-tokens-details``, SGLang with ``--enable-cache-report``); their counters
+(``COUNTERS``) add them up. Between workloads the prefix cache is emptied (vLLM's
+``/reset_prefix_cache``, a dev-mode endpoint; SGLang's ``/flush_cache``), so each workload starts cold.
+
+:func:`predict_hits` replays the same sequences, one request at a time as they are sent, on our
+``BlockHashCache`` (vLLM) or ``RadixTree`` (SGLang) with the engine's block size and capacity.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import concurrent.futures
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import pandas as pd
+from openai import AsyncOpenAI
+
+from servelab.engines.metrics import scrape
+from servelab.engines.server import Server
+from servelab.machine import engine_envs
+from servelab.machine.profiles import Profile
+from servelab.measure.prefix_workloads import ChatRequest, Message
+from servelab.measure.workloads import filler
+from servelab.sim.prefix_cache import BlockHashCache, RadixTree
+
+# Each engine's cumulative counters, in tokens: prompt tokens looked up, and those found cached.
+COUNTERS = {"vllm": ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"),
+            "sglang": ("sglang:prompt_tokens", "sglang:cached_tokens")}
+# How each engine is told to turn its prefix cache off.
+CACHE_OFF = {"vllm": {"no_enable_prefix_caching": True}, "sglang": {"disable_radix_cache": True}}
+
+
+def prefix_server(engine: str, profile: Profile, *, caching: bool = True, **options: Any) -> Server:
+    """A Server (not started) that reports cached tokens per request and can empty its prefix cache."""
+    if engine == "vllm":
+        env = {"VLLM_SERVER_DEV_MODE": "1"}  # serves /reset_prefix_cache (vllm/entrypoints/serve/dev/)
+    elif engine == "sglang":
+        env, options = {}, {"enable_cache_report": True, **options}
+    else:
+        raise ValueError(f"unknown engine {engine!r}; accepted: vllm, sglang")
+    return Server(engine, profile, env=env, **options, **({} if caching else CACHE_OFF[engine]))
+
+
+def start_in_background(server: Server) -> concurrent.futures.Future[Server]:
+    """Start ``server`` in a worker thread; ``.result()`` waits for it (and raises what start raised)."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="start").submit(server.start)
+
+
+def chat_token_ids(server: Server, messages: Sequence[Message]) -> list[int]:
+    """The prompt vLLM builds for ``messages`` (chat template and generation prompt), as token ids."""
+    if server.engine != "vllm":
+        raise ValueError(f"chat_token_ids uses vLLM's /tokenize; this server runs {server.engine!r}")
+    reply = httpx.post(f"{server.url}/tokenize", timeout=60, json={
+        "model": server.served_model, "messages": list(messages), "add_generation_prompt": True})
+    reply.raise_for_status()
+    return reply.json()["tokens"]
+
+
+def flush(server: Server) -> None:
+    """Empty the engine's prefix cache (no request may be running)."""
+    path = "/reset_prefix_cache" if server.engine == "vllm" else "/flush_cache"
+    httpx.post(server.url + path, timeout=60).raise_for_status()
+
+
+def counters(server: Server) -> dict[str, float]:
+    """The engine's cumulative prompt tokens looked up (``queries``) and found cached (``hits``).
+
+    SGLang exposes a counter only once it has counted something, so a missing one reads 0.
+    """
+    metrics = scrape(server.url)
+    out = {}
+    for key, name in zip(("queries", "hits"), COUNTERS[server.engine], strict=True):
+        try:
+            out[key] = metrics.value(name)
+        except KeyError:
+            out[key] = 0.0
+    return out
+
+
+async def _one(client: AsyncOpenAI, model: str, name: str, prompt: list[int], delay: float, t0: float,
+               max_tokens: int) -> dict[str, Any]:
+    await asyncio.sleep(delay)
+    start = time.perf_counter()
+    first, usage = None, None
+    stream = await client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0.0,
+                                             stream=True, stream_options={"include_usage": True})
+    async for chunk in stream:
+        if chunk.choices and first is None:
+            first = time.perf_counter()
+        usage = chunk.usage or usage
+    end = time.perf_counter()
+    details = getattr(usage, "prompt_tokens_details", None)
+    return {"request": name, "prompt_tokens": usage.prompt_tokens if usage else len(prompt),
+            "cached_tokens": (getattr(details, "cached_tokens", None) or 0) if details else 0,
+            "ttft_s": (first or end) - start, "latency_s": end - start, "start_s": start - t0, "end_s": end - t0}
+
+
+async def _send(server: Server, names: Sequence[str], prompts: Sequence[list[int]], at_once: bool,
+                stagger_s: float, max_tokens: int) -> list[dict[str, Any]]:
+    client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
+    t0 = time.perf_counter()
+    try:
+        if not at_once:
+            return [await _one(client, server.served_model, n, p, 0.0, t0, max_tokens)
+                    for n, p in zip(names, prompts, strict=True)]
+        return await asyncio.gather(*(_one(client, server.served_model, n, p, i * stagger_s, t0, max_tokens)
+                                      for i, (n, p) in enumerate(zip(names, prompts, strict=True))))
+    finally:
+        await client.close()
+
+
+def send(server: Server, prompts: Sequence[list[int]], names: Sequence[str] | None = None, *,
+         at_once: bool = False, stagger_s: float = 0.01, max_tokens: int = 1) -> pd.DataFrame:
+    """Send token-id prompts one after another (or all at once, ``stagger_s`` apart, in order); one row each."""
+    names = list(names) if names is not None else [str(i) for i in range(len(prompts))]
+    coro = _send(server, names, [list(p) for p in prompts], at_once, stagger_s, max_tokens)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        rows = asyncio.run(coro)
+    else:  # inside Jupyter: a private loop in a worker thread
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            rows = pool.submit(asyncio.run, coro).result()
+    return pd.DataFrame(rows)
+
+
+def run_workloads(server: Server, workloads: dict[str, Sequence[list[int]]],
+                  names: dict[str, Sequence[str]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each workload from an empty cache, its requests one after another.
+
+    Returns one row per request (``workload``, ``request``, tokens, cached tokens, times) and one row
+    per workload with the engine's counters over it (``queries``, ``hits``, ``hit_rate``) and its
+    wall time.
+    """
+    frames, totals = [], []
+    for workload, prompts in workloads.items():
+        flush(server)
+        before, t0 = counters(server), time.perf_counter()
+        frame = send(server, prompts, (names or {}).get(workload))
+        seconds, after = time.perf_counter() - t0, counters(server)
+        frames.append(frame.assign(workload=workload))
+        queries, hits = after["queries"] - before["queries"], after["hits"] - before["hits"]
+        totals.append({"workload": workload, "requests": len(prompts), "queries": int(queries), "hits": int(hits),
+                       "hit_rate": hits / queries if queries else 0.0, "seconds": seconds})
+    requests = pd.concat(frames, ignore_index=True)
+    return requests[["workload", *[c for c in requests if c != "workload"]]], pd.DataFrame(totals)
+
+
+def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names: Sequence[str]) -> pd.DataFrame:
+    """From an empty cache: ``warm`` alone (it caches the shared prefix), then ``burst`` all at once, in order.
+
+    One row per burst request, with ``finished`` (its rank by the end of its response, from 1).
+    """
+    flush(server)
+    send(server, [warm], ["warm-up"])
+    frame = send(server, burst, names, at_once=True)
+    return frame.assign(finished=frame.end_s.rank(method="first").astype(int))
+
+
+def predict_hits(cache: str, prompts: Sequence[Sequence[int]], *, block_size: int = 1,
+                 capacity: int) -> list[int]:
+    """Cached tokens per request, sent one after another and finished before the next, on our cache.
+
+    ``cache="block"``: vLLM's hash-chained blocks, ``capacity // block_size`` usable blocks.
+    ``cache="radix"``: SGLang's radix tree holding at most ``capacity`` tokens; a request matches all
+    but its last token, locks what it matched, evicts least recently used leaves until its new tokens
+    fit, and its whole prompt is inserted.
+    """
+    if cache == "block":
+        blocks = BlockHashCache(capacity // block_size, block_size)
+        hits = []
+        for i, tokens in enumerate(prompts):
+            admitted = blocks.allocate(str(i), tokens)
+            if admitted is None:
+                raise ValueError(f"prompt {i} ({len(tokens)} tokens) does not fit {capacity // block_size} blocks")
+            hits.append(admitted.hit_tokens)
+            blocks.free(str(i))
+        return hits
+    if cache != "radix":
+        raise ValueError(f"unknown cache {cache!r}; accepted: block, radix")
+    tree, hits = RadixTree(), []
+    for tokens in prompts:
+        match = tree.match_prefix(tokens[:-1])
+        tree.inc_lock_ref(match.node)
+        shortfall = len(tokens) - match.length - (capacity - tree.total_tokens)
+        if shortfall > 0:
+            tree.evict(shortfall)
+        tree.insert(tokens)
+        tree.dec_lock_ref(match.node)
+        hits.append(match.length)
+    return hits
+
+
+def _text(seed: int, tag: str, words: int) -> str:
+    return filler(words, int.from_bytes(hashlib.sha256(f"{seed}:{tag}".encode()).digest()[:8], "big"))
+
+
+def _request(workload: str, rid: str, *contents: tuple[str, str]) -> ChatRequest:
+    return ChatRequest(workload, rid, tuple({"role": role, "content": text} for role, text in contents))
+
+
+def repeat_requests(seed: int, words: int, times: int = 2) -> list[ChatRequest]:
+    """One prompt of about ``words`` words, sent ``times`` times."""
+    content = ("user", _text(seed, "short", words))
+    return [_request("short_repeat", f"short_repeat-{i}", content) for i in range(times)]
+
+
+def cycle_requests(seed: int, documents: int, rounds: int, doc_words: int,
+                   question_words: int = 10) -> list[ChatRequest]:
+    """``rounds`` passes over ``documents`` documents, in the same order each pass, one question each."""
+    return [_request("cycle", f"cycle-{r}-{d}", ("user", f"Document {d}. {_text(seed, f'doc-{d}', doc_words)}\n\n"
+                                                         f"Question: {_text(seed, f'q-{r}-{d}', question_words)}"))
+            for r in range(rounds) for d in range(documents)]
+
+
+def burst_requests(seed: int, shared_words: int, reusers: int, newcomers: int, newcomer_words: int,
+                   question_words: int = 10) -> tuple[ChatRequest, list[ChatRequest]]:
+    """A warm-up request that caches a shared prefix, then a burst: ``newcomers`` fresh prompts first,
+    ``reusers`` requests that start with the shared prefix after them."""
+    shared = ("system", _text(seed, "burst-shared", shared_words))
+    warm = _request("burst", "warm-up", shared, ("user", _text(seed, "burst-q-warm", question_words)))
+    new = [_request("burst", f"new-{i}", ("user", f"Topic {i}. {_text(seed, f'burst-new-{i}', newcomer_words)}"))
+           for i in range(newcomers)]
+    reuse = [_request("burst", f"reuse-{i}", shared, ("user", _text(seed, f"burst-q-{i}", question_words)))
+             for i in range(reusers)]
+    return warm, new + reuse
+
+
+def sglang_schedule_facts(profile: Profile) -> dict[str, Any]:
+    """Read from SGLang's installed ``schedule_policy.py``: its policies and when cache-aware ones fall back.
+
+    Parsed, not imported (importing SGLang takes tens of seconds): the two policy enums, and the
+    waiting-queue length above which ``lpm`` and ``hrrn`` are replaced by FCFS.
+    """
+    env = engine_envs.get(profile.sglang_env).require()
+    path = (env.site_packages() or env.path) / "sglang" / "srt" / "managers" / "schedule_policy.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"SGLang's schedule policy is not at {path}")
+    tree = ast.parse(path.read_text())
+    facts: dict[str, Any] = {"file": "sglang/srt/managers/schedule_policy.py"}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id == "WAITING_QUEUE_PREFIX_MATCH_MAX":
+                    facts[target.id] = node.value.value
+        if isinstance(node, ast.ClassDef) and node.name in ("CacheAwarePolicy", "CacheAgnosticPolicy"):
+            facts[node.name] = [s.value.value for s in node.body
+                                if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)]
+    return facts
