@@ -56,11 +56,20 @@ def test_vllm_capacity_counts_its_null_block_as_not_usable(fake):
 
 def test_sglang_capacity_is_its_token_pool_paged_by_its_page_size(fake):
     bodies, url = fake
-    bodies["/server_info"] = json.dumps({"page_size": 1, "internal_states": [{"max_total_num_tokens": 5000}]})
+    bodies["/server_info"] = json.dumps({"page_size": 1, "internal_states": [
+        {"max_total_num_tokens": 5000, "memory_usage": {"kvcache": 0.215, "weight": 0.5}}]})
     assert kv_capacity.engine_capacity(FakeServer("sglang", url)) == {
-        "block_size": 1, "blocks": 5000, "tokens": 5000, "usable": 5000}
-    bodies["/server_info"] = json.dumps({"page_size": 64, "max_total_num_tokens": 4992})
+        "block_size": 1, "blocks": 5000, "tokens": 5000, "usable": 5000, "kv_gib": 0.215}
+    bodies["/server_info"] = json.dumps({"page_size": 64, "max_total_num_tokens": 4992,
+                                         "memory_usage": {"kvcache": 0.2}})
     assert kv_capacity.engine_capacity(FakeServer("sglang", url))["blocks"] == 78
+
+
+def test_sglang_buffers_hold_the_pool_and_one_padding_page():
+    assert kv_capacity.sglang_buffer_gib(2**20 - 1, 1, 1024) == 1.0
+    assert kv_capacity.sglang_buffer_gib(4992, 64, 2**20) == 5056 / 1024
+    with pytest.raises(ValueError, match="page_size >= 1.*got 10, 0, 4"):
+        kv_capacity.sglang_buffer_gib(10, 0, 4)
 
 
 def test_a_missing_sglang_field_is_named_not_defaulted(fake):

@@ -46,13 +46,14 @@ def server_info(server: Server) -> dict[str, Any]:
     return httpx.get(f"{server.url}/server_info", timeout=30).json()
 
 
-def engine_capacity(server: Server) -> dict[str, int]:
+def engine_capacity(server: Server) -> dict[str, Any]:
     """What a live server built: `block_size`, `blocks` and `tokens` of KV cache, and the `usable` tokens.
 
     `tokens` is what the engine reports (blocks x block size); `usable` leaves out the blocks the
     engine holds back for itself (`RESERVED_BLOCKS`). SGLang's block is its page (`page_size`).
     vLLM also says how many requests of its `max_model_len` the pool holds (`max_concurrency`,
-    counting every block, its null block included).
+    counting every block, its null block included). SGLang also says how large its K and V buffers
+    are (`kv_gib`: GiB of 2**30 bytes, rounded to 3 decimals; they hold the pool plus one padding page).
     """
     extra: dict[str, Any] = {}
     if server.engine == "vllm":
@@ -63,8 +64,22 @@ def engine_capacity(server: Server) -> dict[str, int]:
         info = server_info(server)
         block_size = int(_find(info, "page_size"))
         blocks = int(_find(info, "max_total_num_tokens")) // block_size
+        extra["kv_gib"] = float(_find(info, "memory_usage")["kvcache"])
     usable = (blocks - RESERVED_BLOCKS[server.engine]) * block_size
     return {"block_size": block_size, "blocks": blocks, "tokens": block_size * blocks, "usable": usable, **extra}
+
+
+# SGLang rounds its K + V size to 3 decimals of a GiB (sglang/srt/managers/scheduler_components/memory_usage.py).
+SGLANG_KV_GIB_HALF_STEP = 0.0005
+
+
+def sglang_buffer_gib(pool_tokens: int, page_size: int, bytes_per_token: int) -> float:
+    """GiB of K and V buffers SGLang allocates for a pool of `pool_tokens`: its buffers hold one page more
+    (`size + page_size` rows, sglang/srt/mem_cache/memory_pool.py), at `bytes_per_token` each."""
+    if pool_tokens < 0 or page_size < 1 or bytes_per_token < 1:
+        raise ValueError(f"need pool_tokens >= 0, page_size >= 1, bytes_per_token >= 1; got "
+                         f"{pool_tokens}, {page_size}, {bytes_per_token}")
+    return (pool_tokens + page_size) * bytes_per_token / 2**30
 
 
 def capacity_for_budget(engine: str, profile: Profile, tokens: int) -> dict[str, Any]:
