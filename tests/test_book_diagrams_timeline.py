@@ -51,3 +51,15 @@ def test_bad_timeline_input_is_one_clear_error():
     with pytest.raises(ValueError, match="no step in the window"):
         draw_timeline(steps, window=(1e6, 2e6))
     plt.close("all")
+
+
+def test_rows_keep_one_order_and_decodes_stalled_by_a_whole_prompt_are_hatched():
+    whole = _run(budget=None, chunking=False)  # the 600-token prompt in one step: the streams' decode box is long
+    ax = draw_timeline(whole.steps, highlight=LONG)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["stream 0", "stream 1", "stream 2", "long prompt"]
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == SCENARIO.streams  # one long decode box per stream, in the long prompt's step
+    plt.close("all")
+    ax = draw_timeline(_run(budget=20).steps, highlight=LONG)  # small chunks: no step twice a decode step
+    assert not [p for p in ax.patches if p.get_hatch()]
+    plt.close("all")
