@@ -31,7 +31,7 @@ def draw_block_tables(alloc: BlockAllocator, title: str = "", ax: plt.Axes | Non
         rows = max(alloc.num_blocks, sum(len(alloc.block_table(s)) for s in alloc.sequences()), 1)
         _, ax = plt.subplots(figsize=(8, max(2.5, 0.45 * rows + 1)))
     bs = alloc.block_size
-    phys_x, width, height = 6.0, 1.6, 0.8
+    phys_x, width, height = 6.0, 2.0, 0.8
     phys_y = {b: alloc.num_blocks - 1 - b for b in range(alloc.num_blocks)}  # block 0 at the top
     fill = _fill(alloc)
     for b, y in phys_y.items():
