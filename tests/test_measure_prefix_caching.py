@@ -31,6 +31,7 @@ from servelab.measure.prefix_cache_live import (
     run_workloads,
     sglang_schedule_facts,
     start_in_background,
+    wait_started,
 )
 from servelab.measure.prefix_caching import (
     agreement,
@@ -416,3 +417,30 @@ def test_per_request_cached_tokens_add_up_to_the_engines_counters(live_hits, eng
     sums = requests.groupby("workload").agg(hits=("cached_tokens", "sum"), queries=("prompt_tokens", "sum"))
     assert (sums.hits == totals.loc[sums.index, "hits"]).all()
     assert (sums.queries == totals.loc[sums.index, "queries"]).all()
+
+
+def test_background_starts_draw_no_bar_and_wait_started_collects_them(capsys):
+    from servelab.engines import server as server_module
+
+    class Starting:
+        started_s = 0.5
+
+        def start(self):
+            bar = server_module.tqdm(total=3, desc="inner")  # what Server.start draws
+            self.bar_off = bar.disable
+            bar.close()
+            return self
+
+    servers = wait_started({"a": start_in_background(Starting()), "b": start_in_background(Starting())})
+    assert set(servers) == {"a", "b"} and all(s.bar_off for s in servers.values())
+    assert "a ready after 0 s; b ready after 0 s" in capsys.readouterr().out
+    bar = server_module.tqdm(total=1)  # in the calling thread the bar is drawn as before
+    assert not bar.disable
+    bar.close()
+
+    class Failing:
+        def start(self):
+            raise RuntimeError("engine exited")
+
+    with pytest.raises(RuntimeError, match="engine exited"):
+        wait_started({"bad": start_in_background(Failing())})

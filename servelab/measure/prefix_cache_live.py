@@ -19,6 +19,7 @@ import ast
 import asyncio
 import concurrent.futures
 import hashlib
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,7 +27,9 @@ from typing import Any
 import httpx
 import pandas as pd
 from openai import AsyncOpenAI
+from tqdm import tqdm
 
+from servelab.engines import server as server_module
 from servelab.engines.metrics import scrape
 from servelab.engines.server import Server
 from servelab.machine import engine_envs
@@ -53,9 +56,39 @@ def prefix_server(engine: str, profile: Profile, *, caching: bool = True, **opti
     return Server(engine, profile, env=env, **options, **({} if caching else CACHE_OFF[engine]))
 
 
+_START_THREAD = "servelab-background-start"
+
+
+def _no_bar_in_start_threads() -> None:
+    """Server.start draws a progress bar; bars drawn from several threads at once garble a notebook's
+    output, so in this module's start threads the bar is off (everywhere else it is unchanged)."""
+    real = server_module.tqdm
+    if getattr(real, "quiet_in_start_threads", False):
+        return
+
+    def bar(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith(_START_THREAD):
+            kwargs["disable"] = True
+        return real(*args, **kwargs)
+
+    bar.quiet_in_start_threads = True  # type: ignore[attr-defined]
+    server_module.tqdm = bar
+
+
 def start_in_background(server: Server) -> concurrent.futures.Future[Server]:
-    """Start ``server`` in a worker thread; ``.result()`` waits for it (and raises what start raised)."""
-    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="start").submit(server.start)
+    """Start ``server`` in a worker thread; :func:`wait_started` (or ``.result()``) waits for it."""
+    _no_bar_in_start_threads()
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=_START_THREAD).submit(server.start)
+
+
+def wait_started(jobs: dict[str, concurrent.futures.Future[Server]], timeout: float = 900) -> dict[str, Server]:
+    """Wait for servers started in the background, with one progress bar; raises what a start raised."""
+    with tqdm(total=len(jobs), desc=f"starting {', '.join(jobs)}", unit="server", leave=False) as bar:
+        for _ in concurrent.futures.as_completed(jobs.values(), timeout=timeout):
+            bar.update()
+    servers = {name: job.result() for name, job in jobs.items()}
+    print("; ".join(f"{name} ready after {server.started_s:.0f} s" for name, server in servers.items()))
+    return servers
 
 
 def chat_token_ids(server: Server, messages: Sequence[Message]) -> list[int]:
