@@ -33,10 +33,11 @@ def test_replay_of_hand_made_answers():
     assert live.greedy_verifications("1" * 11, 4) == [4, 4]  # 1 + 5 + 5 tokens
     assert live.greedy_verifications("0" * 4, 2) == [0, 0, 0]  # each verification keeps only the target's token
     assert live.greedy_verifications("10110111", 3) == [0, 2, 3]  # positions 1 | 2,3 (4 rejected) | 5,6,7
-    assert live.greedy_verifications("1" * 11, 3) == [3, 3, 2]  # the last one is cut by the answer's end
+    assert live.greedy_verifications("1" * 11, 3) == [3, 3]  # the third runs into the end: left out
+    assert live.greedy_verifications("1101", 3) == [1]  # a rejection completes a verification, the end does not
     counts = live.replay_counts(["10110111", "1" * 11], 3)
-    assert (counts.drafts, counts.draft_tokens, counts.accepted) == (6, 18, 13)
-    assert counts.accepted_per_pos == [5, 5, 3]  # survival: drafts with at least 1, 2, 3 accepted
+    assert (counts.drafts, counts.draft_tokens, counts.accepted) == (5, 15, 11)
+    assert counts.accepted_per_pos == [4, 4, 3]  # survival: drafts with at least 1, 2, 3 accepted
     with pytest.raises(ValueError, match="string of 0 and 1"):
         live.greedy_verifications("10x", 2)
     with pytest.raises(ValueError, match="no verification"):
@@ -76,10 +77,11 @@ def test_replay_equals_greedy_speculative_decoding_from_scratch(seed):
 
 
 def test_depth_sweep_table():
-    sweep = live.DepthSweep(3, [True], {1: ["1000"], 2: ["1100"], 3: ["1111"]})
+    sweep = live.DepthSweep(3, [True], {1: ["1000"], 2: ["1100"], 3: ["11111"]})
     table = sweep.table(k=2).set_index("draft layers")
     assert table.loc[3, "acceptance rate"] == 1 and table.loc[3, "tokens per verification"] == 3
     assert table.loc[1, "acceptance rate"] == 0 and table.loc[1, "agreement"] == 0.25
+    assert table.loc[3, "alpha (i.i.d. fit)"] == 1 and table.loc[1, "alpha (i.i.d. fit)"] == 0
     assert table.loc[2, "tokens per verification"] == 1.5  # verifications accept 1, then 0
 
 
@@ -99,8 +101,21 @@ def test_steps_without_a_draft_cost_one_step_each():
     assert live.predicted_speedup(101, 0, 0, 4, 0.0, 1.3) == 1.0
     # 50 verifications, 1.3 steps each, 150 tokens from them; the other 50 tokens took a step each
     assert live.predicted_speedup(201, 50, 100, 4, 0.0, 1.3) == pytest.approx(200 / (50 * 1.3 + 50))
+    # the last verification counted tokens past the stop token: 8 verifications, all 4 accepted, 40 tokens
+    assert live.predicted_speedup(40, 8, 32, 4, 1.0, 1.0) == pytest.approx(39 / (8 * 5))
     with pytest.raises(ValueError, match="inconsistent counts"):
-        live.predicted_speedup(11, 5, 10, 4, 0.0, 1.0)
+        live.predicted_speedup(11, 5, 15, 4, 0.0, 1.0)
+
+
+@given(st.floats(0.0, 1.0), st.integers(1, 8), st.floats(0.0, 1.0), st.floats(0.5, 3.0), st.floats(0.0, 0.5))
+@settings(max_examples=50, deadline=None)
+def test_the_fitted_cost_inverts_the_prediction(alpha, k, c, v, undrafted_share):
+    drafts = 500.0
+    accepted = drafts * (expected_tokens(alpha, k) - 1)
+    tokens = 1 + (drafts + accepted) / (1 - undrafted_share)
+    measured = live.predicted_speedup(tokens, drafts, accepted, k, c, v)
+    assert live.fitted_cost(tokens, drafts, accepted, k, v, measured) == pytest.approx(c, abs=1e-9)
+    assert math.isnan(live.fitted_cost(tokens, 0, 0, k, v, 1.0))
 
 
 def test_draft_cost_ratios():

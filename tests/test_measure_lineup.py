@@ -1,0 +1,96 @@
+"""Lineup: servers started side by side or one at a time, with stand-in servers (no engine)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from servelab.engines import server as server_module
+from servelab.measure.lineup import Lineup
+
+
+class FakeServer:
+    """Start takes `delay` seconds (or raises `fail`); records what happened, and when."""
+
+    def __init__(self, name: str, log: list, delay: float = 0.2, fail: Exception | None = None) -> None:
+        self.name, self.log, self.delay, self.fail = name, log, delay, fail
+        self.running = False
+        self.quiet_bar = None
+
+    def start(self) -> FakeServer:
+        self.log.append(("start", self.name, time.monotonic()))
+        self.quiet_bar = server_module.tqdm(total=1).disable  # what Server._wait_healthy would draw
+        time.sleep(self.delay)
+        if self.fail:
+            raise self.fail
+        self.running = True
+        return self
+
+    def stop(self) -> None:
+        self.log.append(("stop", self.name, time.monotonic()))
+        self.running = False
+
+
+def _servers(log: list, **kw) -> dict[str, FakeServer]:
+    return {name: FakeServer(name, log, **kw) for name in ("a", "b", "c")}
+
+
+def test_together_starts_every_server_at_once_without_their_own_bars():
+    log: list = []
+    servers = _servers(log, delay=0.3)
+    t0 = time.monotonic()
+    lineup = Lineup(servers, together=True)
+    assert time.monotonic() - t0 < 0.8  # three starts of 0.3 s overlapped
+    assert all(s.running and s.quiet_bar is True for s in servers.values())
+    assert lineup.take("b") is servers["b"] and servers["a"].running  # the others keep running
+    lineup.stop()
+    assert not any(s.running for s in servers.values())
+    assert server_module.tqdm(total=1, disable=False).disable is False  # the patch is gone
+
+
+def test_one_at_a_time_starts_on_take_and_stops_the_others():
+    log: list = []
+    servers = _servers(log, delay=0.0)
+    lineup = Lineup(servers, together=False)
+    assert not log
+    lineup.take("a")
+    lineup.take("c")
+    assert servers["c"].running and not servers["a"].running
+    assert [(e, n) for e, n, _ in log if e == "start"] == [("start", "a"), ("start", "c")]
+    assert ("stop", "a") in [(e, n) for e, n, _ in log]
+
+
+def test_background_returns_at_once_and_take_waits():
+    log: list = []
+    servers = _servers(log, delay=0.4)
+    t0 = time.monotonic()
+    lineup = Lineup(servers, together=True, background=True)
+    assert time.monotonic() - t0 < 0.2 and threading.active_count() > 1
+    assert lineup.take("a").running and time.monotonic() - t0 >= 0.4
+    lineup.stop()
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_failed_start_stops_every_server_and_raises_its_error(background):
+    log: list = []
+    servers = _servers(log, delay=0.05)
+    servers["b"].fail = RuntimeError("engine b would not start")
+    if background:
+        lineup = Lineup(servers, together=True, background=True)
+        with pytest.raises(RuntimeError, match="engine b"):
+            lineup.take("a")
+    else:
+        with pytest.raises(RuntimeError, match="engine b"):
+            Lineup(servers, together=True)
+    assert not any(s.running for s in servers.values())
+    assert {n for e, n, _ in log if e == "stop"} == {"a", "b", "c"}
+
+
+def test_bad_names_and_empty_lineups():
+    lineup = Lineup(_servers([], delay=0.0), together=False)
+    with pytest.raises(ValueError, match="no server 'd' in this lineup; it has: a, b, c"):
+        lineup.take("d")
+    with pytest.raises(ValueError, match="at least one server"):
+        Lineup({}, together=True)
