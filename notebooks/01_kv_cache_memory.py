@@ -26,7 +26,7 @@
 profile = "auto"
 kv_cache_tokens = None        # KV budget to check (tokens); None: the profile's, else two full-length sequences
 gpu_memory_gib = [24, 80]     # GPU sizes to plan for
-utilization = None            # fraction of GPU memory the planner lets an engine claim; None: vLLM's own default
+utilization = None            # share of GPU memory the planner lets an engine claim; None: profile's, else vLLM's
 contexts = [1024, 2048, 4096, 8192, 16384, 32768]
 
 # %%
@@ -103,28 +103,39 @@ plt.show()
 # above is set, the planner uses that default. SGLang's counterpart, `mem_fraction_static`, has no
 # fixed default: SGLang derives it from the GPU's memory when it starts
 # (`handle_gpu_memory_settings` in `sglang/srt/arg_groups/memory_hook.py`), and it counts weights
-# and KV pool only, where vLLM's fraction also covers activations.
+# and KV pool only, where vLLM's fraction also covers activations and, on GPUs, CUDA graphs: vLLM
+# profiles a forward pass and subtracts its peak from the fraction before it sizes the KV cache
+# (`determine_available_memory` in `vllm/v1/worker/gpu_worker.py`). The planner uses the `utilization`
+# parameter if set, else the profile's `gpu_memory_utilization` where the profile sets one (the GPU
+# profiles do), else vLLM's default; the cell prints which.
 
 # %%
 from servelab.measure.kv_capacity import vllm_cache_defaults
 
 vllm_defaults = vllm_cache_defaults(prof)
-utilization = utilization or vllm_defaults["gpu_memory_utilization"]
-pd.Series({**vllm_defaults, "planner utilization": utilization})
+utilization_source = ("the utilization parameter" if utilization else "the profile" if prof.gpu_memory_utilization
+                      else "vLLM's default")
+utilization = utilization or prof.gpu_memory_utilization or vllm_defaults["gpu_memory_utilization"]
+pd.Series({**vllm_defaults, "planner utilization": utilization, "planner utilization from": utilization_source})
 
 # %% [markdown]
 # Dividing the budget by the KV cost of one sequence gives the number of sequences that can run
 # at once. The planner below does this arithmetic for each model, GPU size and context length. It
-# counts weights and KV cache only; an engine also needs memory for activations (and, on GPUs,
-# CUDA graphs), which the planner's `overhead_gib` argument can reserve.
+# counts weights and KV cache only, with nothing reserved for activations or CUDA graphs (its
+# `overhead_gib` argument is left at zero), and it takes the GPU size at face value, though a card
+# sold as 24 GB shows a program somewhat less than 24 GiB. Every number it gives is therefore an
+# upper bound: the real engine on the same card builds a smaller pool, by an amount this CPU
+# machine cannot measure. The table's column name says so.
 
 # %%
+fits = "max_sequences (upper bound)"
 plans = pd.DataFrame([
     vars(kv_memory.plan(shapes[name], mem, "bf16", n, utilization=utilization))
     for name in big for mem in gpu_memory_gib for n in contexts
-])
-results.save("kv_plans", plans, prof, utilization=utilization)
-plans.pivot_table(index=["model", "memory_gib"], columns="context_len", values="max_sequences")
+]).rename(columns={"max_sequences": fits})
+results.save("kv_plans", plans, prof, utilization=utilization, overhead_gib=0,
+             note="upper bound: no activations, CUDA graphs or driver memory reserved")
+plans.pivot_table(index=["model", "memory_gib"], columns="context_len", values=fits)
 
 # %% [markdown]
 # The plot shows the sequences that fit against context length with both axes logarithmic: the
@@ -134,11 +145,11 @@ plans.pivot_table(index=["model", "memory_gib"], columns="context_len", values="
 # %%
 fig, axs = plt.subplots(1, len(gpu_memory_gib), figsize=(11, 4), sharey=True)
 for ax, mem in zip(axs, gpu_memory_gib, strict=True):
-    plots.axes(f"{mem} GiB GPU", "context length (tokens)", "sequences that fit", ax=ax)
+    plots.axes(f"{mem} GiB GPU", "context length (tokens)", "sequences that fit (upper bound)", ax=ax)
     for i, (name, marker) in enumerate(zip(big, "osD^", strict=True)):
-        rows = plans[(plans.model == name) & (plans.memory_gib == mem) & (plans.max_sequences > 0)]
+        rows = plans[(plans.model == name) & (plans.memory_gib == mem) & (plans[fits] > 0)]
         if len(rows):
-            ax.plot(rows.context_len, rows.max_sequences, color=f"C{i}", marker=marker, label=name.split("/")[1])
+            ax.plot(rows.context_len, rows[fits], color=f"C{i}", marker=marker, label=name.split("/")[1])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
 axs[0].legend()
@@ -154,8 +165,8 @@ plt.show()
 # sequences bites at the long end.
 
 # %%
-fitting = plans[plans.max_sequences > 0].sort_values("context_len")
-ratios = fitting.groupby(["model", "memory_gib"]).max_sequences.apply(lambda s: (s / s.shift(-1)).dropna().round(2))
+fitting = plans[plans[fits] > 0].sort_values("context_len")
+ratios = fitting.groupby(["model", "memory_gib"])[fits].apply(lambda s: (s / s.shift(-1)).dropna().round(2))
 print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 
 # %% [markdown]
@@ -166,10 +177,18 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 # tokens × the bytes per token of the formula above), then read back how many blocks vLLM
 # allocated and how many tokens a block holds. vLLM publishes both on its `/metrics` endpoint in
 # the `vllm:cache_config_info` series, with the number of full-length requests it says the pool
-# holds (`engine_max_concurrency`). It computes its own bytes per block from the model
+# holds under the label `kv_cache_max_concurrency` (set in `vllm/v1/engine/core.py`; the table
+# calls it `engine_max_concurrency`). It computes its own bytes per block from the model
 # configuration it loaded, and allocates the whole pool when it starts, before the first request;
 # the cell reads it before sending any. The planner predicts whole blocks: the budget divided by
 # the block size, rounded down.
+#
+# Which block size? vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE`, printed with the defaults above, is
+# what vLLM uses when neither the user nor the platform picks one. The CPU platform does pick one:
+# when the user gives no `--block-size`, `check_and_update_config` in `vllm/platforms/cpu.py` sets a
+# larger block for the CPU attention backend, which accepts only multiples of 32
+# (`get_supported_kernel_block_sizes` in `vllm/v1/attention/backends/cpu_attn.py`). The block size
+# the engine built is the `block_size` row below, read from the engine, not assumed.
 
 # %%
 from servelab.engines.server import running
@@ -186,7 +205,7 @@ check = {
     "kv_bytes_per_token": kv_memory.kv_bytes_per_token(served, prof.dtype),
     "engine_blocks": built["blocks"], "engine_tokens": built["tokens"], "planned_tokens": planned_tokens,
     "engine_usable_tokens": built["usable"], "engine_max_concurrency": built["max_concurrency"],
-    "planned_max_concurrency": planned_tokens / prof.max_model_len,
+    "planned_max_concurrency (null block included, as vLLM does)": planned_tokens / prof.max_model_len,
 }
 results.save("kv_capacity_check", check, prof)
 pd.Series(check)
@@ -204,6 +223,11 @@ pd.Series(check)
 # as a "null block", a placeholder for block-table entries that hold no KV
 # (`vllm/v1/core/block_pool.py`). The `engine_usable_tokens` row above leaves it out; vLLM's own
 # `engine_max_concurrency` counts it.
+#
+# The check is one-sided. A per-token size in vLLM larger than the formula's loses a block; a
+# smaller one would leave vLLM a surplus that shows only once it adds up to a whole block, so small
+# underestimates of vLLM's size pass unseen. The SGLang section below checks the bytes themselves,
+# in both directions.
 
 # %%
 print({"budget is a whole number of blocks": kv_cache_tokens % built["block_size"] == 0,
@@ -227,30 +251,51 @@ print(check["engine_tokens"] == check["planned_tokens"])
 # away, and all of it is usable: the allocator's padding slot 0 lies outside the pool
 # (`sglang/srt/mem_cache/allocator/token.py`). SGLang reports the pool and its page size on
 # `/server_info`.
+#
+# That the pool has the budget's size is no test of the formula: servelab handed SGLang the budget
+# in tokens, so the first check below only tests that SGLang honours the cap. The formula is tested
+# by SGLang's own bytes. SGLang reports, in `/server_info` (`memory_usage`, per scheduler, built in
+# `sglang/srt/managers/scheduler_components/memory_usage.py`), the size of the K and V buffers it
+# allocated, in GiB of 2³⁰ bytes rounded to three decimals, computed from the tensors themselves
+# (`get_kv_size_bytes` in `sglang/srt/mem_cache/memory_pool.py`). Those buffers hold the pool plus
+# one padding page. The prediction multiplies those tokens by the formula's bytes per token; the
+# second check demands that the two agree within SGLang's rounding, printed as a share of the
+# buffers below, beside the share one number per token in one layer would make: errors larger than
+# the rounding, such as a layer or a KV head too many or too few, are caught; smaller ones are not.
 
 # %%
+from servelab.measure.kv_capacity import SGLANG_KV_GIB_HALF_STEP, sglang_buffer_gib
+
 with running("sglang", prof, kv_cache_tokens=kv_cache_tokens) as sglang:
     sgl_built = engine_capacity(sglang)
 
+formula_bytes = kv_memory.kv_bytes_per_token(served, prof.dtype)
 sgl_check = {
     "kv_cache_tokens": kv_cache_tokens, "page_size": sgl_built["block_size"],
     "engine_tokens": sgl_built["tokens"], "engine_usable_tokens": sgl_built["usable"],
-    "planned_tokens (pages of 1 token)": kv_memory.tokens_held(kv_cache_tokens, 1),
     "planned_tokens (engine's page size)": kv_memory.tokens_held(kv_cache_tokens, sgl_built["block_size"]),
+    "engine K+V buffers (GiB, SGLang's own)": sgl_built["kv_gib"],
+    "planned K+V buffers (GiB, formula)": sglang_buffer_gib(sgl_built["tokens"], sgl_built["block_size"],
+                                                            formula_bytes),
+    "rounding, share of the buffers (%)": 100 * SGLANG_KV_GIB_HALF_STEP / sgl_built["kv_gib"],
+    "one number per token in one layer, share (%)": 100 * kv_memory.dtype_bytes(prof.dtype) / formula_bytes,
     "vLLM engine_tokens": built["tokens"],
 }
 results.save("kv_capacity_check_sglang", sgl_check, prof)
 pd.Series(sgl_check)
 
 # %% [markdown]
-# The check demands that SGLang's pool is exactly the budget in whole pages of the size it
-# reports; where that size is one token, as on the `cpu` profile, that is the budget itself.
-# Where the budget is not a whole number of vLLM blocks, the two engines differ: vLLM drops the
-# remainder of its last block, SGLang keeps every token.
+# The first check: SGLang's pool is exactly the budget in whole pages of the size it reports (the
+# cap is honoured; where the page is one token, that is the budget itself). The second: SGLang's
+# own K and V bytes are the formula's, within its rounding. Where the budget is not a whole number
+# of vLLM blocks, the two engines differ: vLLM drops the remainder of its last block, SGLang keeps
+# every token (exercise 2).
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page size)"])
+print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page size)"],
+      abs(sgl_check["engine K+V buffers (GiB, SGLang's own)"] - sgl_check["planned K+V buffers (GiB, formula)"])
+      <= SGLANG_KV_GIB_HALF_STEP + 1e-9)
 
 # %% [markdown]
 # ## What the source articles say about traffic, and what the engines do
@@ -285,8 +330,11 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # ## What it means
 #
 # KV memory is linear in context length and in the number of concurrent sequences, and it
-# competes with the weights for the same memory. The planner turns a GPU size into a number of
-# sequences; beyond that number, requests queue and TTFT grows. The next chapter shows how
+# competes with the weights for the same memory. The planner turns a GPU size into an upper bound
+# on the number of full-length sequences; the engine's own pool, after activations and CUDA graphs,
+# is smaller, and vLLM prints its own figure (`kv_cache_max_concurrency`) when it starts. When more
+# requests arrive than the pool holds, the scheduler makes them wait or preempts some, as
+# described above; chapter 02 measures that. The next chapter shows how
 # vLLM's paged KV cache avoids reserving more than a request needs, and what happens on the
 # engine when the pool really runs out.
 #
@@ -294,8 +342,11 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 #
 # 1. Re-run the planner with an fp8 KV cache (`kv_dtype="fp8"`; the weights stay bf16). How
 #    many more 8k-token sequences of Qwen2.5-7B fit on a 24 GiB GPU?
-# 2. Run this notebook with `papermill ... -p kv_cache_tokens 5888`. Does the engine still agree
-#    with the planner? How many full-length sequences does vLLM now say it can hold?
+# 2. Start vLLM and SGLang with a budget that is not a whole number of vLLM blocks: two
+#    full-length requests of this profile plus half a block (computed from the profile and the
+#    block size read above). How many tokens does each engine keep, and how many full-length
+#    sequences does vLLM say it can hold? (Or run the whole notebook with that budget:
+#    `papermill ... -p kv_cache_tokens N`.)
 # 3. Llama-3.1-70B has 64 attention heads but 8 KV heads. How much larger would its KV cache be
 #    without grouped-query attention?
 #
@@ -312,23 +363,23 @@ print(f"Answer: with an fp8 KV cache, {fp8.max_sequences - bf16.max_sequences} m
       f"at a utilization of {utilization}.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-# Solution 2: the run the exercise asks for, done here by starting vLLM with that budget.
+# Solution 2: both engines started with that budget.
 from servelab.measure.kv_capacity import capacity_for_budget
 
-budget = 5888
-small = capacity_for_budget("vllm", prof, budget)
+budget = 2 * prof.max_model_len + built["block_size"] // 2
+small = {engine: capacity_for_budget(engine, prof, budget) for engine in ("vllm", "sglang")}
 print(small)
-if small["started"]:
-    held = small["usable"] / prof.max_model_len
-    print(f"Answer: yes, vLLM built {small['blocks']} blocks of {small['block_size']} tokens = {small['tokens']} "
-          f"tokens, and the planner predicts {kv_memory.tokens_held(budget, small['block_size'])}. vLLM says it "
-          f"holds {small['max_concurrency']:.2f} sequences of the full {prof.max_model_len} tokens; that counts "
-          f"its null block. Without it, {small['usable']} tokens are usable: {held:.2f} full-length sequences, "
-          f"so {int(held)} at once.")
+v, g = small["vllm"], small["sglang"]
+if v["started"] and g["started"]:
+    print(f"Answer: of a budget of {budget} tokens, vLLM keeps {v['tokens']} ({v['blocks']} whole blocks of "
+          f"{v['block_size']}; the planner predicts {kv_memory.tokens_held(budget, v['block_size'])}) and drops "
+          f"the {budget - v['tokens']} tokens of the partial block; SGLang, paging by {g['block_size']}, keeps "
+          f"{g['tokens']}. vLLM says it holds {v['max_concurrency']:.2f} sequences of {prof.max_model_len} tokens, "
+          f"counting its null block; without it {v['usable'] / prof.max_model_len:.2f}, so "
+          f"{v['usable'] // prof.max_model_len} at once.")
 else:
-    print(f"Answer: vLLM does not start with {budget} tokens on this profile, whose requests may be "
-          f"{prof.max_model_len} tokens long: a pool that cannot hold one full-length request is refused "
-          f"at start ({small['reason'][:120]}...). It holds no full-length sequence.")
+    print(f"Answer: an engine refused the budget of {budget} tokens at start: "
+          f"{v.get('reason') or g.get('reason')}")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
