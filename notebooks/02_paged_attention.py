@@ -23,29 +23,33 @@
 # table per sequence that maps its logical blocks to wherever the physical blocks happen to be.
 #
 # The chapter builds that allocator from scratch, simulates it against contiguous reservation on
-# a realistic workload, and then measures the real vLLM engine: its KV capacity, what it does
-# when KV runs out, and how parallel sampling shares blocks.
+# a realistic workload, and then measures the real engines: the KV capacity vLLM builds from a
+# budget, what vLLM and SGLang (which pages its KV cache too, one token per page) do when that
+# budget runs out, and how parallel sampling shares blocks.
 
 # %% tags=["parameters"]
 profile = "auto"
 seed = 0
-sim_requests = 1000           # requests in the simulated workload
-kv_tokens = None              # KV budget for the engine, in tokens; None: two full-length sequences
-pressure_requests = 12        # concurrent requests that overfill that budget
-pressure_prompt_words = 200
-pressure_output_tokens = None  # None: long enough that only half the requests fit at full length
-samples = [1, 2, 4, 8]        # parallel sampling: n completions of one prompt
-sample_prompt_words = 1000
-sample_output_tokens = 64
-small_block_size = 32         # a second server with smaller blocks (CPU needs multiples of 32)
+sim_requests = 1000            # requests in the simulated workload
+kv_tokens = None               # KV budget for both engines, in tokens; None: two full-length sequences
+pressure_requests = 12         # requests sent at once to that budget
+pressure_prompt_words = 300    # filler words per prompt (the engine reports the tokens)
+pressure_overfill = 1.3        # at full length the requests need this many times the budget
+pressure_spread = 0.9          # answers run from (1 - spread) to (1 + spread) times their mean length
+sglang_conservativeness = 0.1  # SGLang's --schedule-conservativeness in its pressure run (its default: 1.0)
+samples = [1, 2, 4, 8]         # parallel sampling: n completions of one prompt
+sample_prompt_tokens = 600     # about this long; set so the two block sizes share different amounts
+sample_output_tokens = 32
 
 # %%
 import pandas as pd
+from IPython.display import Markdown, display
 from matplotlib import pyplot as plt
 
 from servelab.book import banner, plots, results
-from servelab.book.quoted_figures import PAPER_FIGURES
-from servelab.sim import kv_memory, paging
+from servelab.book.diagrams import draw_block_tables, plot_pressure, plot_request_lanes
+from servelab.book.quoted_figures import PAPER_FIGURES, fig2_breakdown, quote_markdown
+from servelab.sim import paging
 from servelab.sim.paging import BlockAllocator, parallel_sampling_blocks
 
 prof = banner.start(profile)
@@ -53,23 +57,35 @@ prof = banner.start(profile)
 # %% [markdown]
 # ## A block allocator from scratch
 #
-# The allocator below is the whole idea in a few dozen lines (`servelab/sim/paging/block_pool.py`).
+# The allocator is the whole idea in a few dozen lines (`servelab/sim/paging/block_pool.py`).
 # Physical blocks live in a pool with a free list. Each sequence has a block table. A block can
 # be shared by several sequences, so each block carries a reference count, and a sequence that
 # wants to write into a shared, partly filled block first gets its own copy (copy-on-write).
 #
 # A tiny pool shows every move: a prompt of 10 tokens in blocks of 4, a second sample forked
-# from it, and one new token for each.
+# from it, and one new token for each. The pictures are drawn from the allocator's state.
 
 # %%
 alloc = BlockAllocator(num_blocks=8, block_size=4)
-print("A's block table after a 10-token prompt:", alloc.allocate("A", 10))
+alloc.allocate("A", 10)
 alloc.fork("A", "B")
-print("B shares it:", alloc.block_table("B"), "refcounts:", [alloc.refcount(b) for b in alloc.block_table("A")])
+fig, (before, after) = plt.subplots(1, 2, figsize=(15, 4.5))
+draw_block_tables(alloc, "B forked from A: every block shared", ax=before)
 print("A writes into the shared last block:", alloc.append_token("A"))
 print("B now writes in place:", alloc.append_token("B"))
-print("tables:", {s: alloc.block_table(s) for s in alloc.sequences()}, "free:", alloc.free_block_ids())
-alloc.stats()
+draw_block_tables(alloc, "After one token each: A got a copy", ax=after)
+plt.show()
+
+# %% [markdown]
+# When a sequence finishes, its blocks go back to the free list. vLLM puts blocks that hold no
+# prefix-cache hash at the front of its free queue, the sequence's last block first, so the most
+# recently freed block is reused first; blocks registered in the prefix cache go to the back and
+# are evicted least recently used first (`BlockPool.free_blocks` in `vllm/v1/core/block_pool.py`).
+# Our allocator has no prefix cache, so all its blocks take the first path.
+
+# %%
+alloc.free("B")
+print("free list after B finishes, next block first:", alloc.free_block_ids())
 
 # %% [markdown]
 # ## Simulating three ways to reserve KV memory
@@ -82,21 +98,38 @@ alloc.stats()
 # - **exact**: one contiguous slab of exactly prompt plus output, an oracle that knows the
 #   answer's length in advance (the paper's "Orca (Oracle)"); slabs of different sizes leave
 #   holes between them (external fragmentation);
-# - **paged:B**: blocks of B tokens taken one at a time, as vLLM does.
+# - **paged:B**: blocks of B tokens taken one at a time, as vLLM does; when a running request
+#   needs a block and none is free, the most recently admitted request is preempted.
 #
 # The workload's prompt and output lengths follow log-normal distributions with the mean lengths
 # the paper reports for its ShareGPT trace; the KV capacity is the paper's 15.7K token slots
 # (OPT-13B on an A100). Every step, each slot is used, reserved but empty, wasted in a hole,
-# or idle. The table and the bar chart average these over the whole run; the column
-# `used_pct_saturated` averages the used share only over the steps in which a request was
-# waiting for memory, which is the situation the paper measured.
+# or idle.
 
 # %%
 workload = paging.sample_requests(sim_requests, seed=seed)
 comparison = paging.compare_policies(workload)
 results.save("paging_simulation", comparison.summary, prof, seed=seed, requests=sim_requests)
 print(f"simulated {len(paging.DEFAULT_POLICIES)} policies in {comparison.seconds:.1f} s")
-comparison.summary[["policy", "mean_batch", "max_batch", "preemptions", "used_pct_saturated", "wasted_pct"]].round(1)
+comparison.summary[["policy", "mean_batch", "max_batch", "preemptions", "used_pct", "wasted_pct"]].round(1)
+
+# %% [markdown]
+# The simulator is simpler than a server in ways that matter when reading these numbers. A step
+# costs the same whatever it holds, so prefill is free and so is recomputing a preempted
+# request: the simulator preempts as often as memory asks, which a real engine, paying for each
+# recomputation, would not survive as cheaply. Requests arrive much faster than any policy
+# serves them, so the queue is a backlog for almost the whole run. The spread of the lengths is
+# our choice; the paper gives only their means. The cell below prints each of these.
+
+# %%
+sim = comparison.summary.set_index("policy")
+last_arrival = int(workload["arrival"].max())
+pd.Series({
+    "steps a prefill or a recomputation costs": 0,
+    "preemptions per 1000 requests, paged:16": round(1000 * sim.loc["paged:16", "preemptions"] / sim_requests),
+    "last arrival, as a share of the paged:16 run (%)": round(100 * last_arrival / sim.loc["paged:16", "steps"], 1),
+    "sigma of log(length), prompts and outputs (our choice)": paging.DEFAULT_SIGMA,
+})
 
 # %%
 component_names = {"used": "holds tokens", "reserved_for_future": "reserved, filled later",
@@ -105,7 +138,8 @@ component_names = {"used": "holds tokens", "reserved_for_future": "reserved, fil
 breakdown = comparison.breakdown.pivot(index="policy", columns="component", values="pct")
 breakdown = breakdown.loc[list(paging.DEFAULT_POLICIES), list(paging.COMPONENTS)]
 ax = breakdown.plot.barh(stacked=True, figsize=(10, 4))
-plots.axes("Where the KV capacity goes (simulated)", "share of KV capacity, time-averaged (%)", "", ax=ax)
+plots.axes("Where the KV capacity goes (simulated, whole run)", "share of KV capacity, time-averaged (%)", "",
+           ax=ax)
 ax.legend([plots.label(component_names[c]) for c in breakdown.columns], loc="upper left",
           bbox_to_anchor=(1.01, 1.0), fontsize=8)
 ax.invert_yaxis()
@@ -113,21 +147,43 @@ plt.show()
 
 # %% [markdown]
 # The paper measured the same split on its own systems (its Fig. 2) and the batch sizes they
-# reached (its Fig. 13). Here they are beside the simulation, quoted with their source.
+# reached (its Fig. 13):
 
 # %%
-paper = pd.DataFrame([
-    {"figure": key, "paper says": f.value, "measures": f.measures, "where": f.where}
-    for key, f in PAPER_FIGURES.items()
-    if key in ("fig2_token_states", "batched_requests", "kv_usage_existing_systems")
-])
-paper
+display(Markdown(quote_markdown("kv_usage_existing_systems", "fig2_breakdown", "batched_requests")))
+
+# %% [markdown]
+# Averaged over the whole run, the bars above include the drain at the end, when nobody waits
+# and memory sits idle. The paper's caption speaks of the average "during the experiment", and
+# its bars have no idle part; we read it as the time in which requests were waiting for memory,
+# and average the simulation over those steps only. That reading is our interpretation, not a
+# method the paper states. Fig. 2's bar labels are drawn beside it; the mapping of our states to
+# its segments is ours too: reserved and filled later is its "reservation", reserved and never
+# filled its "internal frag.", holes and stranded slots its "external frag. & others".
 
 # %%
-sim = comparison.summary.set_index("policy")
 ours, theirs = ["max_len", "exact", "paged:16"], ["Orca (Max)", "Orca (Oracle)", "vLLM"]
+segments = {"token states": ["used"], "reservation": ["reserved_for_future"], "internal frag.": ["never_used"],
+            "external frag. & others": ["external_frag", "stranded", "idle"]}
+simulated_fig2 = pd.DataFrame({seg: sim.loc[ours, [f"{c}_pct_saturated" for c in cs]].sum(axis=1).values
+                               for seg, cs in segments.items()},
+                              index=[f"{a} ({b})" for a, b in zip(ours, theirs, strict=True)])
+paper_fig2 = fig2_breakdown()
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.6), sharey=False)
+paper_fig2.plot.barh(stacked=True, ax=left, legend=False)
+simulated_fig2.plot.barh(stacked=True, ax=right, legend=False)
+plots.axes("The paper's Fig. 2 (bar labels; unlabelled parts left blank)", "share of KV memory (%)", "", ax=left)
+plots.axes("Simulated, steps in which a request waited", "share of KV capacity (%)", "", ax=right)
+for ax in (left, right):
+    ax.set_xlim(0, 100)
+    ax.invert_yaxis()
+right.legend([plots.label(s) for s in segments], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+plt.show()
+
+# %%
 pd.DataFrame({
-    "simulated: % of KV holding tokens": sim.loc[ours, "used_pct_saturated"].round(1).values,
+    "simulated, waiting steps: % holding tokens": sim.loc[ours, "used_pct_saturated"].round(1).values,
+    "simulated, whole run: % holding tokens": sim.loc[ours, "used_pct"].round(1).values,
     "paper Fig. 2": [PAPER_FIGURES["fig2_token_states"].numbers[k] for k in theirs],
     "simulated: mean batch": sim.loc[ours, "mean_batch"].round(1).values,
     "paper Fig. 13 (ShareGPT)": [PAPER_FIGURES["batched_requests"].numbers[f"ShareGPT/{k}"] for k in theirs],
@@ -142,104 +198,149 @@ pd.DataFrame({
 #
 # Block size trades two things. Inside a sequence, the last block is on average half empty, so
 # larger blocks waste more (internal fragmentation, the `reserved_for_future` and `never_used`
-# parts above); with block size 1 nothing is wasted. But each block is a unit of work for the
-# attention kernel and of bookkeeping for the scheduler, so very small blocks cost speed.
+# parts above); with block size 1 nothing is wasted. If the lengths are spread evenly over the
+# block's residues, each running request leaves `(B - 1) / 2` slots empty on average, so the
+# expected waste is the mean batch times that, over the capacity; the plot sets it beside the
+# simulation.
 
 # %%
-ax = plots.axes("Waste inside the last block grows with block size", "block size (tokens)",
+paged = sim[sim.index.str.startswith("paged:")].copy()
+paged["expected"] = [paging.expected_last_block_waste_pct(r.mean_batch, int(r.block_size), r.capacity_tokens)
+                     for r in paged.itertuples()]
+ax = plots.axes("Waste inside the last block grows linearly with block size", "block size (tokens)",
                 "wasted share of KV capacity (%)")
-paged = sim[sim.index.str.startswith("paged:")]
-ax.plot(paged.block_size, paged.wasted_pct, marker="o")
-ax.set_xscale("log", base=2)
+ax.plot(paged.block_size, paged.wasted_pct, marker="o", label=plots.label("simulated"))
+ax.plot(paged.block_size, paged.expected, linestyle="--", color="grey",
+        label=plots.label("expected: mean batch x (B - 1) / 2 / capacity"))
+ax.legend()
 plt.show()
+
+# %% [markdown]
+# The other side of the trade-off is speed, which the simulator does not model: each block is a
+# unit of work for the attention kernel, which reads keys and values through the block table.
+# The paper measured what that indirection costs, and chose its block size from both sides:
+
+# %%
+display(Markdown(quote_markdown("attention_kernel_overhead", "default_block_size")))
 
 # %% [markdown]
 # ## The real engine under a small KV budget
 #
-# Now vLLM itself. We give it a deliberately small KV budget, `kv_tokens` tokens, and read back
-# what it built: its block size and number of blocks, from `/metrics`, next to what the planner
-# of the previous chapter predicts for the same budget.
+# Now vLLM itself. We give it a deliberately small KV budget of `kv_tokens` tokens. servelab
+# passes vLLM that many tokens' worth of bytes (`--kv-cache-memory-bytes`: tokens times the KV
+# bytes of one token of this model), and vLLM carves whole blocks out of them, sizing a block
+# from its own model config. If vLLM's bytes per token agree with ours, it builds exactly
+# `kv_tokens // block_size` blocks; that, not a prediction from the same formula, is what the
+# check below tests.
 
 # %%
-from servelab.engines.client import run_load
-from servelab.engines.metrics import Sampler
 from servelab.engines.server import Server, running
+from servelab.measure import kv_pressure
+from servelab.measure.block_size import (
+    comparison_block_size,
+    probe_block_size,
+    refused_start,
+    shared_prompt_tokens,
+    sharing_prompt_tokens,
+)
 from servelab.measure.kv_capacity import engine_capacity
-from servelab.measure.parallel_sampling import measure_parallel_sampling
+from servelab.measure.parallel_sampling import count_tokens, measure_parallel_sampling
 from servelab.measure.workloads import long_prompt
 
 kv_tokens = kv_tokens or 2 * prof.max_model_len  # vLLM refuses budgets below one full-length sequence
-pressure_output_tokens = pressure_output_tokens or 2 * kv_tokens // pressure_requests - pressure_prompt_words
 vllm = Server("vllm", prof, kv_cache_tokens=kv_tokens).start()
 built = engine_capacity(vllm)
 block_size, num_blocks = built["block_size"], built["blocks"]
-planned = kv_memory.tokens_held(kv_tokens, block_size)
-print(f"vLLM {vllm.version()}: {num_blocks} blocks of {block_size} tokens = {num_blocks * block_size} tokens; "
-      f"the planner of chapter 01 predicts {planned} tokens")
-
-# %% [markdown]
-# Next, `pressure_requests` requests arrive at once, each with a prompt of about
-# `pressure_prompt_words` tokens and asked for exactly `pressure_output_tokens` tokens
-# (`ignore_eos`, so every answer has the same length). Reserving the model's maximum length per
-# request, this budget would hold only a couple of them; reserving exactly what each needs, a
-# few more. vLLM admits requests while it has blocks for their prompts, and when running
-# sequences later need a block that is not there, it preempts the most recently admitted one:
-# frees its blocks and puts it back in the queue, to recompute its KV later. We sample the
-# engine's gauges while this happens.
+print(f"vLLM {vllm.version()}: {num_blocks} blocks of {block_size} tokens out of "
+      f"{kv_pressure.budget_bytes(vllm)} bytes for {kv_tokens} tokens; kv_tokens // block_size = "
+      f"{kv_tokens // block_size}; one block, the null block, is never handed out")
 
 # %%
-gauges = ["vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting",
-          "vllm:num_preemptions"]
+# NBVAL_CHECK_OUTPUT
+print(num_blocks == kv_tokens // block_size)
+
+# %% [markdown]
+# Next, `pressure_requests` requests are sent at once, each with a prompt of about
+# `pressure_prompt_words` words, asking for answers long enough that, at full length, they
+# need `pressure_overfill` times the budget. The answer lengths rise evenly from `1 - pressure_spread`
+# to `1 + pressure_spread` times their mean, so the requests finish at different times, as real
+# ones do. Greedy
+# decoding, and every answer has exactly its length: the end-of-sequence token is refused until
+# then (`min_tokens`). Reserving the model's
+# maximum length per request, this budget would hold only a couple of them; reserving exactly
+# what each needs, a few more. vLLM admits requests while it has blocks for their prompts, and
+# when a running request later needs a block that is not there, it preempts the most recently
+# admitted one: frees its blocks and puts it back at the front of the queue, to recompute its KV
+# when it is readmitted (`Scheduler.schedule` in `vllm/v1/core/sched/scheduler.py`). The client
+# records when each token of each answer arrives, and a sampler reads the engine's gauges.
+
+# %%
 prompts = [long_prompt(pressure_prompt_words, seed=seed * 1000 + i) for i in range(pressure_requests)]
-with Sampler(vllm.url, gauges, every_s=0.25) as sampler:
-    load = run_load(vllm, prompts, concurrency=pressure_requests, max_tokens=pressure_output_tokens,
-                    extra_body={"ignore_eos": True})
-timeline = sampler.frame()
-results.save("kv_pressure_requests", load.drop(columns=["text", "prompt"]), prof, kv_tokens=kv_tokens)
-results.save("kv_pressure_timeline", timeline, prof, kv_tokens=kv_tokens)
-need = int(load.prompt_tokens.mean()) + pressure_output_tokens
+prompt_tokens = [count_tokens(vllm, p) for p in prompts]
+answer_tokens = kv_pressure.pressure_output_tokens(kv_tokens, pressure_requests, max(prompt_tokens),
+                                                   pressure_overfill, pressure_spread)
+needs = [p + a for p, a in zip(prompt_tokens, answer_tokens, strict=True)]
+vllm_run = kv_pressure.run_pressure(vllm, prompts, answer_tokens)
+for part in ("requests", "tokens", "timeline"):
+    results.save(f"kv_pressure_vllm_{part}", getattr(vllm_run, part), prof, kv_tokens=kv_tokens)
+vllm_pauses = kv_pressure.pauses(vllm_run.tokens)
+simulated = kv_pressure.simulated_pressure(prompt_tokens, answer_tokens, block_size=block_size,
+                                           blocks=num_blocks - 1, max_len=prof.max_model_len)
+reserve = kv_pressure.reservation_fit(kv_tokens, prof.max_model_len, needs)
 fit = pd.Series({
     "requests": pressure_requests,
-    "max_len reservation would run at once": num_blocks * block_size // prof.max_model_len,
-    "exact reservation would run at once": num_blocks * block_size // need,
-    "vLLM ran at once (max)": int(timeline["vllm:num_requests_running"].max()),
-    "preemptions": int(timeline["vllm:num_preemptions"].iloc[-1]),
+    "tokens they need at full length, over the budget": round(sum(needs) / kv_tokens, 2),
+    "max_len reservation would run at once": reserve["max_len"],
+    "exact reservation would run at once": reserve["exact"],
+    "vLLM: most running at once (gauge)": int(vllm_run.timeline["running"].max()),
+    "vLLM: mean running while busy (time-averaged)": round(kv_pressure.busy_mean_running(vllm_run.timeline), 1),
+    "simulator: mean running (step-averaged)": round(simulated["mean_batch"], 1),
+    "vLLM: preemptions seen in the streams (pauses)": len(vllm_pauses),
+    "vLLM: requests preempted at least once": int(vllm_pauses.req.nunique()),
+    "vLLM: preemptions counted (vllm:num_preemptions)": int(vllm_run.timeline["evictions"].iloc[-1]),
+    "simulator: preemptions": simulated["preemptions"],
 })
 fit
 
+# %% [markdown]
+# The highest number of running requests is a momentary peak: vLLM admits on the prompt alone,
+# so right after an admission wave more requests run than the budget can carry to the end. The
+# time-averaged number running while anything was in the engine is the fairer figure, and the
+# from-scratch simulator, given the same requests and the same blocks, lands near it; it counts
+# steps rather than seconds, and its prefills and recomputations cost nothing, so the two agree
+# only roughly.
+
 # %%
-fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-plots.axes("vLLM with a small KV budget", "", "KV cache used (%)", ax=top)
-top.plot(timeline.t_s, 100 * timeline["vllm:kv_cache_usage_perc"])
-plots.axes("", "time (s)", "requests", ax=bottom)
-bottom.plot(timeline.t_s, timeline["vllm:num_requests_running"], label=plots.label("running"))
-bottom.plot(timeline.t_s, timeline["vllm:num_requests_waiting"], label=plots.label("waiting"))
-bottom.step(timeline.t_s, timeline["vllm:num_preemptions"], label=plots.label("preemptions (total)"))
-bottom.legend()
+fig = plot_pressure(vllm_run, vllm_pauses, "vLLM with a small KV budget")
 plt.show()
 
 # %% [markdown]
-# The KV cache fills up and running requests go back to the waiting queue: those are the
-# preemptions. The counter lags behind the two gauges because vLLM's front end counts a
-# preemption when the preempted request's next output arrives (`PREEMPTED` events in
-# `vllm/v1/metrics/stats.py`), that is, once it runs again. The gauges themselves are updated
-# once per engine step, so a long step, such as recomputing several preempted prompts at once,
-# shows as a flat stretch.
+# The red lines mark preemptions where they happened: a request's own stream paused while the
+# other requests went on receiving tokens (`servelab.measure.kv_pressure.pauses`). The engine's
+# counter, dashed, steps later: vLLM's front end counts a preemption when the preempted
+# request's next output arrives (`PREEMPTED` events in `vllm/v1/metrics/stats.py`), that is,
+# once it runs again. The gauges are updated once per engine step, so a long step, such as
+# recomputing several preempted prompts at once, shows as a flat stretch.
 #
-# The cost shows up in latency: a preempted request recomputes its prompt and the tokens it had
-# already generated before it can continue, so the requests admitted last finish last.
+# All requests were sent within milliseconds (`sent_s` in the saved table), yet in the first
+# seconds the engine's gauges may show a single request running and nobody waiting: the others
+# had not reached the scheduler. They were still in vLLM's API server process (HTTP handling,
+# chat template, tokenization), which on this machine shares its cores with the busy engine.
+#
+# The cost of preemption shows up per request: a preempted request waits, then recomputes its
+# prompt and the tokens it had already generated before it can continue. Each lane below is one
+# request, in the order the requests were sent; that order among requests sent in the same
+# milliseconds is arbitrary, so do not read meaning into it.
 
 # %%
-ax = plots.axes("Latency of each request", "request (by start of its answer)", "seconds")
-order = load.sort_values("ttft_s").reset_index(drop=True)
-ax.bar(order.index, order.latency_s, label=plots.label("total latency"))
-ax.bar(order.index, order.ttft_s, label=plots.label("time to first token"))
-ax.legend()
+plot_request_lanes(vllm_run, vllm_pauses, "Each request on vLLM")
 plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(fit["vLLM ran at once (max)"] > fit["max_len reservation would run at once"], fit["preemptions"] > 0)
+print(fit["vLLM: most running at once (gauge)"] > fit["max_len reservation would run at once"],
+      fit["vLLM: preemptions seen in the streams (pauses)"] > 0,
+      fit["vLLM: preemptions counted (vllm:num_preemptions)"] > 0)
 
 # %% [markdown]
 # ## Sharing: parallel sampling
@@ -248,10 +349,22 @@ print(fit["vLLM ran at once (max)"] > fit["max_len reservation would run at once
 # samples have the same prompt, so its full blocks can be held once. Each sample still needs its
 # own copy of the prompt's last, partly filled block, because it will write its own tokens
 # there. The from-scratch allocator predicts the count; the engine's KV usage gauge measures it.
+# At the end each sample stores its prompt and all its generated tokens but the last, which is
+# sampled and returned but never fed back into the model, so the allocator is given one token less.
+#
+# Later in the chapter a second server repeats this with another block size. So that the two can
+# differ in what they share, the prompt is made exactly as long as `sharing_prompt_tokens` says:
+# about `sample_prompt_tokens`, at a length where the smaller block holds more of the prompt in
+# full blocks than the larger one.
 
 # %%
+other_block_size = comparison_block_size(block_size)
+small, large = sorted((block_size, other_block_size))
+sample_tokens = sharing_prompt_tokens(sample_prompt_tokens, small, large)
+print(f"prompt of {sample_tokens} tokens: full blocks hold {shared_prompt_tokens(sample_tokens, small)} of them "
+      f"with blocks of {small}, {shared_prompt_tokens(sample_tokens, large)} with blocks of {large}")
 sharing = measure_parallel_sampling(vllm, samples, num_blocks=num_blocks, block_size=block_size,
-                                    prompt_words=sample_prompt_words, output_tokens=sample_output_tokens, seed=seed)
+                                    prompt_tokens=sample_tokens, output_tokens=sample_output_tokens, seed=seed)
 results.save("parallel_sampling_blocks", sharing, prof)
 sharing.round(1)
 
@@ -261,7 +374,7 @@ ax.plot(sharing.n, sharing["blocks without sharing"], marker="o", label=plots.la
 ax.plot(sharing.n, sharing["predicted blocks"], marker="o", label=plots.label("from-scratch allocator"))
 ax.plot(sharing.n, sharing["measured blocks"], marker="x", linestyle="none", markersize=10,
         label=plots.label("vLLM, measured"))
-ax.axhline(num_blocks - 1, color="grey", linestyle=":", label=plots.label("engine capacity"))
+ax.axhline(num_blocks - 1, color="grey", linestyle=":", label=plots.label("blocks vLLM can hand out"))
 ax.legend()
 plt.show()
 
@@ -274,41 +387,137 @@ vllm.stop()
 
 # %% [markdown]
 # The engine holds exactly what the from-scratch allocator predicts. Compare the blocks
-# without sharing with the engine's capacity line in the plot: that is how much of this budget
+# without sharing with the line of blocks vLLM can hand out: that is how much of this budget
 # sharing frees for other requests.
 #
 # How much sharing saves depends on how much of each sample is prompt. Here the prompt is long
 # and the answers short, so the saving is large. The paper reports smaller savings for parallel
-# sampling on its traces, where answers are long compared with prompts; its figures are quoted
-# below. The exercises ask you to move between the two regimes.
+# sampling on its traces, where answers are long compared with prompts:
 
 # %%
-pd.DataFrame([{"paper says": PAPER_FIGURES[k].value, "measures": PAPER_FIGURES[k].measures,
-               "where": PAPER_FIGURES[k].where} for k in ("sharing_saving_alpaca", "sharing_saving_sharegpt")])
+display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegpt")))
+
+# %% [markdown]
+# ## SGLang under the same budget
+#
+# SGLang pages its KV cache too, with pages of one token (`--page-size` resolves to 1 here), so
+# a request never holds a partly filled page, and its radix cache shares any common prefix down
+# to the token. We give it the same budget in tokens (`--max-total-tokens`) and send it the same
+# requests.
+#
+# Its scheduler differs from vLLM's before memory runs out. vLLM admits a request when its prompt
+# fits. SGLang admits one only if its prompt and its whole `max_tokens` fit beside what the running
+# requests are still expected to need: their remaining `max_tokens` times a `new_token_ratio`
+# (`PrefillAdder.add_one_req` in `sglang/srt/managers/schedule_policy.py`); once a request is
+# refused, it tries again only after a running request has left. The ratio starts at 0.7 times
+# `--schedule-conservativeness` and decays step by step to 0.14 of that (`SGLANG_INIT_NEW_TOKEN_RATIO`
+# and `SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR` in `sglang/srt/environ.py`). For requests with
+# `ignore_eos` the ratio is 1: their length is known, so SGLang reserves all of it and never has to
+# take anything back; that is why these requests force their length with `min_tokens` instead. So
+# that SGLang counts on running requests needing little more, which is when it can run out of KV,
+# this run sets `--schedule-conservativeness` to `sglang_conservativeness`.
+#
+# When a decode step does not fit, SGLang retracts (`ScheduleBatch.retract_decode` in
+# `sglang/srt/managers/schedule_batch.py`): it sorts the running requests by the number of
+# tokens they have generated, and sends back to the queue the one with the fewest (among equals,
+# the one with the longest prompt), then the next, until the step fits, always keeping one.
+# vLLM sends back the most recently admitted request instead. Both free the evicted request's KV
+# and recompute it later; both keep its prompt's full blocks (vLLM, in its prefix cache) or
+# tokens (SGLang, in its radix tree) findable until they are evicted. After a retraction SGLang
+# raises its ratio to what the remaining requests have shown, so it admits more cautiously. Its
+# counter, `sglang:num_retracted_requests_total`, counts a retraction when it happens.
+
+# %%
+with running("sglang", prof, kv_cache_tokens=kv_tokens, schedule_conservativeness=sglang_conservativeness) as sg:
+    sglang_tokens = engine_capacity(sg)["tokens"]
+    sglang_run = kv_pressure.run_pressure(sg, prompts, answer_tokens)
+for part in ("requests", "tokens", "timeline"):
+    results.save(f"kv_pressure_sglang_{part}", getattr(sglang_run, part), prof, kv_tokens=kv_tokens,
+                 schedule_conservativeness=sglang_conservativeness)
+sglang_pauses = kv_pressure.pauses(sglang_run.tokens)
+engines = pd.DataFrame({
+    run.engine: {
+        "KV tokens it can hand out": capacity,
+        "most running at once (gauge)": int(run.timeline["running"].max()),
+        "mean running while busy (time-averaged)": round(kv_pressure.busy_mean_running(run.timeline), 1),
+        "evictions seen in the streams (pauses)": len(found),
+        "requests evicted at least once": int(found.req.nunique()),
+        "evictions counted by the engine": int(run.timeline["evictions"].iloc[-1]),
+        "prompt tokens found in its prefix cache": int(run.timeline["cached_tokens"].iloc[-1]),
+        "answers of full length": int((run.requests.completion_tokens == run.requests.max_tokens).sum()),
+    }
+    for run, found, capacity in ((vllm_run, vllm_pauses, built["usable"]), (sglang_run, sglang_pauses, sglang_tokens))
+})
+engines
+
+# %%
+fig = plot_pressure(sglang_run, sglang_pauses, "SGLang with the same KV budget")
+plt.show()
+plot_request_lanes(sglang_run, sglang_pauses, "Each request on SGLang")
+plt.show()
+
+# %% [markdown]
+# Compare the columns rather than the clocks: on the cpu profile SGLang runs a pure-PyTorch
+# attention on one thread, so its seconds say little about its scheduler. The eviction rows say
+# whether each engine ran out of KV on these requests. The two spend the same budget differently.
+# vLLM admits on the prompt alone, and each request holds whole blocks of the size printed above,
+# up to a block's worth of empty slots. SGLang holds exactly the tokens it stores (pages of one
+# token), shares the chat template's common beginning to the token (the prefix-cache row: shorter
+# than one of vLLM's blocks, so vLLM shares none of it), and reserves a newcomer's whole answer, so
+# the same budget carries it further before a decode step fails. When one does fail, SGLang
+# retracts as described above, and its counter moves at the retraction itself, where vLLM's moves
+# only when the preempted request runs again. Either way an evicted request frees its KV and pays
+# for it later in latency.
+#
+# The check below compares the evictions seen in the streams with each engine's own count: the
+# streams can miss an eviction (a request evicted before its first token shows no pause) but must
+# never invent one.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+seen, counted = engines.loc["evictions seen in the streams (pauses)"], engines.loc["evictions counted by the engine"]
+print((seen <= counted).all(), (engines.loc["answers of full length"] == pressure_requests).all())
 
 # %% [markdown]
 # ## Block size on the engine
 #
-# On this profile vLLM chose the block size printed above. vLLM's default is 16 tokens on GPUs
+# On this profile vLLM chose the block size printed above. vLLM's default is 16 tokens
 # (`CacheConfig.DEFAULT_BLOCK_SIZE` in `vllm/config/cache.py`), and its CPU platform raises it to
 # 128 (`CpuPlatform.check_and_update_config` in `vllm/platforms/cpu.py`). `--block-size` takes
-# any positive integer, but each attention backend only accepts some: multiples of 16 for
-# FlashAttention and Triton, multiples of 32 for the CPU backend (16 makes the CPU engine exit
-# with "No common block size"). The vLLM paper found block sizes from 16 to 128 worked best on
-# its ShareGPT trace and chose 16 as the default (§7.2).
-#
-# What a smaller block changes is visible with the same experiment: the last, partly filled
-# block of every sample is smaller, and the prefix cache, which only shares full blocks, shares
-# more of the prompt. We start a second server with `small_block_size` and repeat.
+# any positive integer, but each attention backend accepts only some
+# (`get_supported_kernel_block_sizes` in `vllm/v1/attention/backends/`): multiples of 32 for the
+# CPU backend; multiples of 16 for FlashAttention, Triton and FlexAttention; 16, 32 or 64 for
+# FlashInfer. vLLM's argument checks do not know the backend yet and accept any positive size
+# (`CacheConfig.block_size` is declared `Field(default=None, gt=0)`; servelab's own flag check,
+# `servelab.engines.flags.check`, which runs those parsers, accepts it too, as its tests show). The
+# engine refuses a size its backend cannot use only while it starts. The cell starts it with the
+# paper's 16 where that is not the default (else 8) and prints the first error the engine logs.
 
 # %%
-with running("vllm", prof, kv_cache_tokens=kv_tokens, block_size=small_block_size) as small:
-    built_small = engine_capacity(small)
-    sharing_small = measure_parallel_sampling(
-        small, samples, num_blocks=built_small["blocks"],
-        block_size=built_small["block_size"], prompt_words=sample_prompt_words,
-        output_tokens=sample_output_tokens, seed=seed)
-by_block = pd.concat([sharing, sharing_small])
+probe = probe_block_size(block_size)
+refusal = refused_start("vllm", prof, kv_cache_tokens=kv_tokens, block_size=probe)
+print(f"vllm serve --block-size {probe}: {refusal or 'started'}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(bool(refusal))
+
+# %% [markdown]
+# The paper found block sizes from 16 to 128 worked best on its ShareGPT trace and chose 16 as
+# its default (§7.2, quoted above). What another block size changes is visible with the
+# parallel-sampling experiment: the last, partly filled block of every sample is smaller or
+# larger, and the prefix cache, which shares only full blocks, shares more of the prompt with
+# smaller blocks. The second server uses half the default block size where the backends accept
+# it and twice the default where they do not (`comparison_block_size`: on GPUs, half of 16 is
+# below what any backend takes).
+
+# %%
+with running("vllm", prof, kv_cache_tokens=kv_tokens, block_size=other_block_size) as other:
+    built_other = engine_capacity(other)
+    sharing_other = measure_parallel_sampling(
+        other, samples, num_blocks=built_other["blocks"], block_size=built_other["block_size"],
+        prompt_tokens=sample_tokens, output_tokens=sample_output_tokens, seed=seed)
+by_block = pd.concat([sharing, sharing_other])
 results.save("parallel_sampling_block_size", by_block, prof)
 by_block.pivot(index="n", columns="block size", values=["KV tokens held", "shared prompt tokens"])
 
@@ -321,8 +530,11 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print((sharing_small["measured blocks"] == sharing_small["predicted blocks"]).all(),
-      (sharing_small["KV tokens held"] <= sharing["KV tokens held"].values).all())
+held = by_block.pivot(index="n", columns="block size", values="KV tokens held")
+shared = by_block.pivot(index="n", columns="block size", values="shared prompt tokens")
+several = shared.index > 1
+print((sharing_other["measured blocks"] == sharing_other["predicted blocks"]).all(),
+      (held[small] <= held[large]).all(), (shared.loc[several, small] > shared.loc[several, large]).all())
 
 # %% [markdown]
 # ## How vLLM implements this today
@@ -331,10 +543,12 @@ print((sharing_small["measured blocks"] == sharing_small["predicted blocks"]).al
 # block table. Current vLLM (the V1 engine) kept the idea and replaced the kernel. The files
 # below are in the installed package (`vllm/...`); open them alongside this chapter.
 #
-# - `v1/core/block_pool.py`, `BlockPool`: every physical block, the free list
-#   (`FreeKVCacheBlockQueue`, ordered so the least recently freed block is reused first) and the
-#   prefix-cache index from block hash to block. Block 0 is set aside as a "null block", which is
-#   why the usage gauge divides by one block fewer.
+# - `v1/core/block_pool.py`, `BlockPool`: every physical block, the free queue and the
+#   prefix-cache index from block hash to block. The free queue (`FreeKVCacheBlockQueue` in
+#   `v1/core/kv_cache_utils.py`) starts in block-id order; freed blocks without a hash go to its
+#   front, the most recently freed reused first, and freed blocks with a hash go to its back, so
+#   cached blocks are evicted least recently used first. Block 0 is set aside as a "null block",
+#   which is why the usage gauge divides by one block fewer.
 # - `v1/core/kv_cache_utils.py`, `KVCacheBlock`: one block's id, reference count and hash.
 # - `v1/core/kv_cache_manager.py`, `KVCacheManager.allocate_slots`, and
 #   `v1/core/single_type_kv_cache_manager.py`: the per-request block lists (the block tables) and
@@ -347,8 +561,12 @@ print((sharing_small["measured blocks"] == sharing_small["predicted blocks"]).al
 #   child requests that find the shared prompt blocks through the prefix cache. There is no
 #   copy-on-write of a partly filled block for ordinary models: each sample gets a fresh last
 #   block, which is exactly what our allocator's copy-on-write produces in the end.
-# - `v1/worker/block_table.py`: the worker's copy of the block tables, handed to the attention
-#   backend every step.
+# - The worker's copy of the block tables, handed to the attention backend every step, lives in
+#   one of two files. `v1/worker/gpu/block_table.py` belongs to the newer GPU model runner
+#   (`v1/worker/gpu/model_runner.py`), which vLLM uses by default when Triton is installed and
+#   the model uses no feature it lacks (`VllmConfig.use_v2_model_runner` in `vllm/config/vllm.py`;
+#   `VLLM_USE_V2_MODEL_RUNNER` forces the choice). Otherwise, and always on CPU (whose
+#   `CPUModelRunner` extends the older `GPUModelRunner`), it is `v1/worker/block_table.py`.
 # - `v1/attention/backends/`: the kernels that read through block tables. On GPUs these are
 #   FlashAttention, FlashInfer or Triton kernels; on CPU, `cpu_attn.py` calls vLLM's own C++
 #   kernel. The original `paged_attention_v1` and `v2` wrappers are gone from
@@ -358,36 +576,66 @@ print((sharing_small["measured blocks"] == sharing_small["predicted blocks"]).al
 #
 # Reserving KV memory a block at a time turns most of the wasted reservation of contiguous
 # allocation into room for more running requests, which is where the throughput gains of paging
-# come from. The price appears when the budget is overcommitted: the engine preempts and
-# recomputes, and the preempted requests pay for it in latency. Sharing full blocks between
-# sequences makes parallel sampling cheap when prompts are long, and the same mechanism, the
-# prefix cache, is what the next chapter measures across requests.
+# come from. The price appears when the budget is overcommitted: the engine preempts (vLLM) or
+# retracts (SGLang) and recomputes, and the requests sent back pay for it in latency. Sharing
+# full blocks between sequences makes parallel sampling cheap when prompts are long, and the
+# same mechanism, the prefix cache, is what the next chapter measures across requests.
 #
 # ## Exercises
 #
-# 1. In the simulator, which block size wastes less than 2 % of the KV capacity? Does the mean
+# 1. In the simulator, which block sizes waste less than 2 % of the KV capacity? Does the mean
 #    batch size keep growing as the block shrinks?
 # 2. Rerun the parallel-sampling experiment with a short prompt and long answers
-#    (`sample_prompt_words=50`, `sample_output_tokens=512`). How does the saving compare with the
+#    (`sample_prompt_tokens=60`, `sample_output_tokens=512`). How does the saving compare with the
 #    paper's figures now?
-# 3. With `pressure_requests` requests of this size, what is the smallest `kv_tokens` for which
-#    vLLM never preempts? Work it out from the block counts, then check it on the engine.
+# 3. With the `pressure_requests` requests of the pressure run, what is the smallest `kv_tokens`
+#    for which vLLM never preempts? Work it out from the block counts, check it with the
+#    simulator, and, if you like, on the engine by rerunning the chapter with that `kv_tokens`.
 #
 # The solutions are in the hidden cells below.
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1: from the simulation above.
-print(sim.loc[sim.index.str.startswith("paged:"), ["wasted_pct", "mean_batch"]].round(2))
+waste = sim.loc[sim.index.str.startswith("paged:"), ["block_size", "wasted_pct", "mean_batch"]]
+waste = waste.sort_values("block_size", ascending=False)
+print(waste.round(2))
+below = sorted(int(b) for b in waste.block_size[waste.wasted_pct < 2])
+steps = waste.mean_batch.diff().dropna()  # change in mean batch as the block shrinks
+trend = "keeps growing" if (steps > 0).all() else "stops growing"
+print(f"Block sizes {below} waste less than 2 % of the capacity. As the block shrinks the mean batch {trend}, "
+      f"by {steps.iloc[0]:.1f} requests from {int(waste.block_size.iloc[0])} to {int(waste.block_size.iloc[1])} "
+      f"but only {steps.iloc[-1]:.1f} from {int(waste.block_size.iloc[-2])} to {int(waste.block_size.iloc[-1])}: "
+      "once the last block wastes little, the tokens themselves fill the memory.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-# Solution 2: the allocator predicts it without an engine (the engine agreed above). A 60-token
-# prompt fills no whole block of 128, so on the CPU profile nothing is shared at all.
-for size in sorted({16, block_size}):
-    for n in samples:
-        blocks = parallel_sampling_blocks(60, 512, n, size)
-        print(f"block size {size}, n={n}: saved {100 * (1 - blocks['shared'] / blocks['unshared']):.1f} %")
+# Solution 2: the allocator predicts it without an engine; above, the engine matched the allocator
+# block for block.
+short_prompt, long_answer = 60, 512
+savings = {}
+for size in (small, large):
+    for n in samples[1:]:
+        blocks = parallel_sampling_blocks(short_prompt, long_answer, n, size)
+        savings[(size, n)] = 100 * (1 - blocks["shared"] / blocks["unshared"])
+print(pd.Series(savings, name="saved (%)").rename_axis(["block size", "n"]).round(1).unstack())
+paper = PAPER_FIGURES["sharing_saving_sharegpt"].numbers
+low, high = paper["parallel_low"], paper["parallel_high"]
+best = max(savings.values())
+where = "below" if best < low else "within" if best <= high else "above"
+print(f"With a {short_prompt}-token prompt and {long_answer}-token answers sharing saves at most {best:.1f} %, "
+      f"{where} the paper's {low}-{high} % for parallel sampling on ShareGPT: the prompt is a small share of each "
+      f"sample, and only its full blocks ({short_prompt // small * small} tokens with blocks of {small}, "
+      f"{short_prompt // large * large} with blocks of {large}) are shared.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-# Solution 3: every request at full length, in whole blocks.
-per_request = -(-need // block_size)
-print(f"{pressure_requests} x {per_request} blocks = {pressure_requests * per_request * block_size} tokens")
+# Solution 3: all requests start together; count the blocks they hold at each step until they finish
+# (an engine stores all but the newest token), take the peak, and add vLLM's null block.
+peak = kv_pressure.peak_blocks(prompt_tokens, answer_tokens, block_size)
+answer = (peak + 1) * block_size
+preempts = {blocks: kv_pressure.simulated_pressure(prompt_tokens, answer_tokens, block_size=block_size,
+                                                   blocks=blocks, max_len=prof.max_model_len)["preemptions"]
+            for blocks in (peak - 1, peak)}
+print(f"Every request at full length would need {sum(-(-(n - 1) // block_size) for n in needs)} blocks, but the "
+      f"short answers finish before the long ones are full: at the peak the requests hold {peak} blocks of "
+      f"{block_size}. With vLLM's null block the smallest budget that never preempts is kv_tokens = "
+      f"({peak} + 1) x {block_size} = {answer} tokens; the simulator preempts {preempts[peak]} times with {peak} "
+      f"usable blocks and {preempts[peak - 1]} times with one fewer.")
