@@ -467,7 +467,9 @@ plt.show()
 # the same budget carries it further before a decode step fails. When one does fail, SGLang
 # retracts as described above, and its counter moves at the retraction itself, where vLLM's moves
 # only when the preempted request runs again. Either way an evicted request frees its KV and pays
-# for it later in latency.
+# for it later in latency. SGLang's gauges move in coarser steps than vLLM's: it updates them with
+# each prefill batch and every `--decode-log-interval` decode steps (40 by default;
+# `report_decode_stats` in `sglang/srt/managers/scheduler_components/metrics_reporter.py`).
 #
 # The check below compares the evictions seen in the streams with each engine's own count: the
 # streams can miss an eviction (a request evicted before its first token shows no pause) but must
