@@ -72,6 +72,19 @@ def test_background_returns_at_once_and_take_waits():
     lineup.stop()
 
 
+def test_takes_from_several_threads_all_wait_for_the_background_start():
+    from concurrent.futures import ThreadPoolExecutor
+
+    log: list = []
+    servers = _servers(log, delay=0.4)
+    lineup = Lineup(servers, together=True, background=True)
+    with ThreadPoolExecutor(3) as pool:
+        taken = list(pool.map(lambda name: lineup.take(name).running, ["a", "b", "c"]))
+    assert taken == [True, True, True]
+    assert sorted(n for e, n, _ in log if e == "start") == ["a", "b", "c"]  # each started once, not again
+    lineup.stop()
+
+
 @pytest.mark.parametrize("background", [False, True])
 def test_a_failed_start_stops_every_server_and_raises_its_error(background):
     log: list = []

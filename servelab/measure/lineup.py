@@ -56,13 +56,10 @@ class Lineup:
             raise next(err for err in failed if err)
 
     def _wait(self) -> None:
-        """Wait for a start in progress; its error, if it failed."""
+        """Wait for a start in progress (any number of threads may); its error, if it failed."""
         if self._starting is not None:
-            starting, self._starting = self._starting, None
-            try:
-                starting.result()
-            finally:
-                self._pool.shutdown()
+            self._starting.result()
+            self._pool.shutdown()
 
     def take(self, name: str) -> Server:
         """Server ``name``, running (the others stopped first unless they run side by side)."""
