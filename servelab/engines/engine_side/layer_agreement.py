@@ -13,9 +13,10 @@ stdin: {"sequences": [{"prompt": [ids], "answer": [ids]}, ...], "dtype": "float3
 {"prompt": [ids], "generate": n} instead of an answer: the model's own greedy answer of n tokens is
 used (and returned in "answers").
 stdout: one JSON document {"layers": N, "target_agrees": [bool per sequence], "answers": [[ids] per
-sequence], "matches": {"L": ["0101...", ...] per sequence}}: position j of a string says whether depth L's choice after prompt + answer[:j] equals answer[j]. L = N is the model itself, so "target_agrees"
-says whether its greedy choice reproduces every answer token (in float32 it should; in 16-bit
-dtypes two implementations may round a near tie differently).
+sequence], "matches": {"L": ["0101...", ...] per sequence}}: position j of a string says whether
+depth L's choice after prompt + answer[:j] equals answer[j]. L = N is the model itself, so
+"target_agrees" says whether its greedy choice reproduces every answer token (in float32 it
+should; in 16-bit dtypes two implementations may round a near tie differently).
 
 Usage: python layer_agreement.py MODEL_DIR < request.json
 """
