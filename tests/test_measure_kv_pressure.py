@@ -39,6 +39,13 @@ def test_a_request_that_misses_steps_others_ran_has_a_pause() -> None:
     assert found.to_dict("records") == [{"req": 1, "start_s": steps[4], "end_s": steps[12]}]
 
 
+def test_a_gap_of_a_few_steps_is_jitter_not_a_pause() -> None:
+    steps = [0.1 * k for k in range(1, 21)]
+    streams = {0: steps, 1: steps[:5] + steps[9:]}  # request 1 missed steps 6..9: four steps, a scheduling hiccup
+    assert kp.pauses(_tokens(streams)).empty
+    assert len(kp.pauses(_tokens(streams), min_missed=3)) == 1  # the old, looser threshold took it for a pause
+
+
 def test_a_burst_of_buffered_tokens_is_not_a_pause() -> None:
     steps = [round(0.2 * k, 3) for k in range(1, 31)]
     burst = steps[:10] + [2.05, 2.06, 2.07] + steps[10:]  # another stream delivers three tokens at once

@@ -34,7 +34,8 @@ GAUGES = {
                "cached_tokens": "sglang:cached_tokens"},
 }
 COUNTERS = ("evictions", "cached_tokens")
-MIN_MISSED_STEPS = 3  # a gap counts as a pause when another request received this many tokens meanwhile
+# A gap counts as a pause when the others ran this many steps meanwhile; 3 took 2-core scheduling jitter for one.
+MIN_MISSED_STEPS = 6
 
 
 def pressure_output_tokens(kv_tokens: int, requests: int, prompt_tokens: int, overfill: float,
