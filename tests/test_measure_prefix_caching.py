@@ -18,19 +18,18 @@ from types import SimpleNamespace
 
 import pytest
 
+from servelab.engines.server import Server
 from servelab.measure.kv_capacity import engine_capacity
 from servelab.measure.prefix_cache_live import (
-    burst_requests,
+    cache_options,
     chat_token_ids,
     counters,
-    cycle_requests,
     predict_hits,
-    prefix_server,
-    repeat_requests,
     run_burst,
     run_workloads,
     sglang_schedule_facts,
     start_in_background,
+    stop_all,
     wait_started,
 )
 from servelab.measure.prefix_caching import (
@@ -43,6 +42,7 @@ from servelab.measure.prefix_caching import (
     replay_block_cache,
     replay_radix_tree,
 )
+from servelab.measure.prefix_scenarios import burst_requests, cycle_requests, repeat_requests
 from servelab.measure.prefix_workloads import make
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 
@@ -347,21 +347,25 @@ def test_scenario_requests_share_exactly_what_they_should():
 
 
 @pytest.mark.engine_venv
-def test_prefix_servers_ask_for_cache_reports_and_turn_the_cache_off(require_engine, cpu):
+def test_cache_options_ask_for_cache_reports_and_turn_the_cache_off(require_engine, cpu):
     require_engine("vllm")
     require_engine("sglang")
-    vllm_on, vllm_off = prefix_server("vllm", cpu), prefix_server("vllm", cpu, caching=False)
-    assert vllm_on.extra_env == {"VLLM_SERVER_DEV_MODE": "1"}
+    vllm_on = Server("vllm", cpu, **cache_options("vllm"))
+    vllm_off = Server("vllm", cpu, **cache_options("vllm", caching=False))
+    assert vllm_on.extra_env == vllm_off.extra_env == {"VLLM_SERVER_DEV_MODE": "1"}
     assert "--enable-prompt-tokens-details" in vllm_on.spec.argv
     assert "--no-enable-prefix-caching" not in vllm_on.spec.argv
     assert "--no-enable-prefix-caching" in vllm_off.spec.argv
-    sglang_on = prefix_server("sglang", cpu, schedule_policy="lpm")
-    sglang_off = prefix_server("sglang", cpu, caching=False)
+    sglang_on = Server("sglang", cpu, schedule_policy="lpm", **cache_options("sglang"))
+    sglang_off = Server("sglang", cpu, **cache_options("sglang", caching=False))
     assert "--enable-cache-report" in sglang_on.spec.argv and "--disable-radix-cache" not in sglang_on.spec.argv
     assert sglang_on.spec.argv[sglang_on.spec.argv.index("--schedule-policy") + 1] == "lpm"
     assert "--disable-radix-cache" in sglang_off.spec.argv and "--enable-cache-report" in sglang_off.spec.argv
-    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
-        prefix_server("tgi", cpu)
+
+
+def test_cache_options_name_an_unknown_engine():
+    with pytest.raises(ValueError, match="unknown engine 'tgi'; accepted: vllm, sglang"):
+        cache_options("tgi")
 
 
 @pytest.mark.engine_venv
@@ -381,8 +385,8 @@ def live_hits(cpu, require_engine) -> dict[str, dict]:
     require_engine("vllm")
     require_engine("sglang")
     budget = cpu.max_model_len * 9 // 8
-    starts = {e: start_in_background(prefix_server(e, cpu, kv_cache_tokens=budget)) for e in ("vllm", "sglang")}
-    servers = {e: job.result() for e, job in starts.items()}
+    servers = wait_started({e: start_in_background(Server(e, cpu, kv_cache_tokens=budget, **cache_options(e)))
+                            for e in ("vllm", "sglang")})
     try:
         chats = {"multi_turn": make("multi_turn", 0, conversations=1, turns=3, user_words=40, assistant_words=30),
                  "short_repeat": repeat_requests(0, words=30, times=2)}
@@ -444,3 +448,18 @@ def test_background_starts_draw_no_bar_and_wait_started_collects_them(capsys):
 
     with pytest.raises(RuntimeError, match="engine exited"):
         wait_started({"bad": start_in_background(Failing())})
+
+
+def test_stop_all_stops_every_server_together():
+    class Stopping:
+        def __init__(self):
+            self.stopped = None
+
+        def stop(self):
+            time.sleep(0.3)
+            self.stopped = time.perf_counter()
+
+    servers = [Stopping() for _ in range(3)]
+    t0 = time.perf_counter()
+    stop_all(servers)
+    assert all(s.stopped for s in servers) and time.perf_counter() - t0 < 0.8  # not one after another

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import concurrent.futures
-import hashlib
 import threading
 import time
 from collections.abc import Sequence
@@ -34,8 +33,7 @@ from servelab.engines.metrics import scrape
 from servelab.engines.server import Server
 from servelab.machine import engine_envs
 from servelab.machine.profiles import Profile
-from servelab.measure.prefix_workloads import ChatRequest, Message
-from servelab.measure.workloads import filler
+from servelab.measure.prefix_workloads import Message
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 
 # Each engine's cumulative counters, in tokens: prompt tokens looked up, and those found cached.
@@ -45,15 +43,19 @@ COUNTERS = {"vllm": ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"),
 CACHE_OFF = {"vllm": {"no_enable_prefix_caching": True}, "sglang": {"disable_radix_cache": True}}
 
 
-def prefix_server(engine: str, profile: Profile, *, caching: bool = True, **options: Any) -> Server:
-    """A Server (not started) that reports cached tokens per request and can empty its prefix cache."""
-    if engine == "vllm":
-        env = {"VLLM_SERVER_DEV_MODE": "1"}  # serves /reset_prefix_cache (vllm/entrypoints/serve/dev/)
-    elif engine == "sglang":
-        env, options = {}, {"enable_cache_report": True, **options}
-    else:
-        raise ValueError(f"unknown engine {engine!r}; accepted: vllm, sglang")
-    return Server(engine, profile, env=env, **options, **({} if caching else CACHE_OFF[engine]))
+def cache_options(engine: str, *, caching: bool = True) -> dict[str, Any]:
+    """Keyword arguments for ``Server(engine, ...)``: report cached tokens per request, serve an endpoint
+    that empties the prefix cache, and with ``caching=False`` turn the prefix cache off.
+
+    vLLM reports cached tokens with ``--enable-prompt-tokens-details``, which servelab always passes, and
+    serves ``/reset_prefix_cache`` in dev mode (``vllm/entrypoints/serve/dev/``); SGLang needs
+    ``--enable-cache-report`` and always serves ``/flush_cache``.
+    """
+    if engine not in CACHE_OFF:
+        raise ValueError(f"unknown engine {engine!r}; accepted: {', '.join(CACHE_OFF)}")
+    options: dict[str, Any] = ({"env": {"VLLM_SERVER_DEV_MODE": "1"}} if engine == "vllm"
+                               else {"enable_cache_report": True})
+    return options if caching else {**options, **CACHE_OFF[engine]}
 
 
 _START_THREAD = "servelab-background-start"
@@ -89,6 +91,13 @@ def wait_started(jobs: dict[str, concurrent.futures.Future[Server]], timeout: fl
     servers = {name: job.result() for name, job in jobs.items()}
     print("; ".join(f"{name} ready after {server.started_s:.0f} s" for name, server in servers.items()))
     return servers
+
+
+def stop_all(servers: Sequence[Server]) -> None:
+    """Stop several servers at once (each stop waits for its engine to exit)."""
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(servers))) as pool:
+        for done in [pool.submit(server.stop) for server in servers]:
+            done.result()
 
 
 def chat_token_ids(server: Server, messages: Sequence[Message]) -> list[int]:
@@ -234,41 +243,6 @@ def predict_hits(cache: str, prompts: Sequence[Sequence[int]], *, block_size: in
         tree.dec_lock_ref(match.node)
         hits.append(match.length)
     return hits
-
-
-def _text(seed: int, tag: str, words: int) -> str:
-    return filler(words, int.from_bytes(hashlib.sha256(f"{seed}:{tag}".encode()).digest()[:8], "big"))
-
-
-def _request(workload: str, rid: str, *contents: tuple[str, str]) -> ChatRequest:
-    return ChatRequest(workload, rid, tuple({"role": role, "content": text} for role, text in contents))
-
-
-def repeat_requests(seed: int, words: int, times: int = 2) -> list[ChatRequest]:
-    """One prompt of about ``words`` words, sent ``times`` times."""
-    content = ("user", _text(seed, "short", words))
-    return [_request("short_repeat", f"short_repeat-{i}", content) for i in range(times)]
-
-
-def cycle_requests(seed: int, documents: int, rounds: int, doc_words: int,
-                   question_words: int = 10) -> list[ChatRequest]:
-    """``rounds`` passes over ``documents`` documents, in the same order each pass, one question each."""
-    return [_request("cycle", f"cycle-{r}-{d}", ("user", f"Document {d}. {_text(seed, f'doc-{d}', doc_words)}\n\n"
-                                                         f"Question: {_text(seed, f'q-{r}-{d}', question_words)}"))
-            for r in range(rounds) for d in range(documents)]
-
-
-def burst_requests(seed: int, shared_words: int, reusers: int, newcomers: int, newcomer_words: int,
-                   question_words: int = 10) -> tuple[ChatRequest, list[ChatRequest]]:
-    """A warm-up request that caches a shared prefix, then a burst: ``newcomers`` fresh prompts first,
-    ``reusers`` requests that start with the shared prefix after them."""
-    shared = ("system", _text(seed, "burst-shared", shared_words))
-    warm = _request("burst", "warm-up", shared, ("user", _text(seed, "burst-q-warm", question_words)))
-    new = [_request("burst", f"new-{i}", ("user", f"Topic {i}. {_text(seed, f'burst-new-{i}', newcomer_words)}"))
-           for i in range(newcomers)]
-    reuse = [_request("burst", f"reuse-{i}", shared, ("user", _text(seed, f"burst-q-{i}", question_words)))
-             for i in range(reusers)]
-    return warm, new + reuse
 
 
 def sglang_schedule_facts(profile: Profile) -> dict[str, Any]:
