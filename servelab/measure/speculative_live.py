@@ -125,7 +125,7 @@ def answer_tasks(server: Endpoint, tasks: Mapping[str, str], max_tokens: int) ->
                                  extra_body={"return_token_ids": True}).model_dump()
         after = scrape(server.url)
         choice = response["choices"][0]
-        ids = list(choice.get("token_ids") or [])
+        ids = list(choice.get("token_ids") or choice.get("response_token_ids") or [])  # vLLM's or SGLang's key
         seconds, _ = decode_seconds(before, after)
         rows.append({"task": name, "tokens": len(ids),
                      "decode tokens/s": (len(ids) - 1) / seconds if seconds > 0 else np.nan, **accepted(before, after)})
