@@ -50,8 +50,6 @@ burst_newcomers = 3           # scheduling: fresh prompts that arrive first ...
 burst_reusers = 4             # ... then requests that reuse a cached prefix
 burst_shared_share = 0.26     # the cached prefix, as a share of the KV budget
 burst_newcomer_share = 0.3    # each fresh prompt, as a share of the KV budget (together with the prefix: > 1)
-other_block_size = 32         # a second vLLM block size (the CPU attention backend takes multiples of 32)
-other_block_workloads = ["multi_turn", "agent_tree", "short_repeat"]  # sent to the vLLM server with that size
 off_requests = 3              # few-shot requests sent to the servers without a prefix cache
 
 # %%
@@ -388,7 +386,7 @@ print((both.sglang >= both.vllm).all(), repeat.sglang == repeat.prompt_tokens - 
 # the same token ids at other block sizes; SGLang's one-token pages are the limit on the left.
 
 # %%
-sizes = sorted({1, 16, 32, 64, 128, vllm_built["block_size"], other_block_size})
+sizes = sorted({1, 16, 32, 64, 128, vllm_built["block_size"]})
 sweep = pd.DataFrame([
     {"workload": name, "block size": size,
      "hit rate": sum(predict_hits("radix" if size == 1 else "block", tokens[name], block_size=size,
@@ -407,8 +405,10 @@ plt.show()
 
 # %% [markdown]
 # The longer the shared prefix compared with a block, the less the block size matters: few-shot
-# loses at most one block of a long prompt, the control and the short repeat lose everything.
-# A second vLLM server with `other_block_size` checks this prediction further below.
+# loses at most one block of a long prompt, the control and the short repeat lose everything. The
+# CPU attention backend takes block sizes in multiples of 32 (the previous chapter); the live tests
+# of `tests/test_measure_prefix_caching.py` start vLLM with 32-token blocks and check these
+# predictions request by request.
 #
 # ## Eviction under a small cache
 #
@@ -528,13 +528,12 @@ print(f"shared prefix {len(warm_tokens)} tokens; burst prompts {[len(t) for t in
 stop_all([vllm, sglang])
 
 # %% [markdown]
-# ## Four more servers
+# ## Three more servers
 #
 # The rest of the chapter needs servers with other flags. Each engine is started once more with its
-# prefix cache turned off (vLLM `--no-enable-prefix-caching`, SGLang `--disable-radix-cache`), an
-# SGLang server with `--schedule-policy lpm` replays the burst, and a vLLM server with
-# `--block-size` set to `other_block_size` replays some of the hit workloads
-# (`other_block_workloads`). All four start together; they measure one after another.
+# prefix cache turned off (vLLM `--no-enable-prefix-caching`, SGLang `--disable-radix-cache`), and
+# an SGLang server with `--schedule-policy lpm` replays the burst. All three start together; they
+# measure one after another.
 
 # %%
 later = wait_started({
@@ -544,8 +543,6 @@ later = wait_started({
                                              **cache_options("sglang", caching=False))),
     "sglang lpm": start_in_background(Server("sglang", prof, kv_cache_tokens=kv_tokens, schedule_policy="lpm",
                                              **cache_options("sglang"))),
-    "vllm block": start_in_background(Server("vllm", prof, kv_cache_tokens=kv_tokens, block_size=other_block_size,
-                                             **cache_options("vllm"))),
 })
 
 # %% [markdown]
@@ -585,10 +582,10 @@ for ax, (engine, label) in zip(axes, (("vllm", "vLLM"), ("sglang", "SGLang")), s
     ax.plot(x, off_runs[engine].ttft_s, marker="s", linestyle="--", color="grey", label=plots.label("cache off"))
     ax.plot(x, on.ttft_s, marker="o", color="tab:green", label=plots.label("cache on"))
     ax.set_xticks(x)
-    ax.set_ylim(bottom=0)
     plots.axes(f"{label}: {plots.label('few-shot requests, one after another')}", "request",
                "time to first token (s)" if engine == "vllm" else "", ax=ax)
     ax.legend(fontsize=8)
+axes[0].set_ylim(bottom=0)  # after both panels are drawn, so the shared axis holds every series
 plt.tight_layout()
 plt.show()
 
@@ -616,6 +613,7 @@ print((on_off["TTFT ratio off/on"] > 1).all(), (on_off["throughput ratio on/off"
 lpm = later["sglang lpm"]
 print(f"SGLang: schedule_policy={server_info(lpm)['schedule_policy']}")
 bursts["SGLang, lpm"] = run_burst(lpm, warm_tokens, burst_tokens, burst_names)
+stop_all(list(later.values()))
 
 # %%
 burst_table = pd.concat([frame.assign(configuration=name) for name, frame in bursts.items()], ignore_index=True)
@@ -628,7 +626,7 @@ for ax, (name, frame) in zip(panels, bursts.items(), strict=True):
     rows = np.arange(len(frame))[::-1]
     colors = ["tab:green" if r.startswith("reuse") else "tab:grey" for r in frame.request]
     ax.barh(rows, frame.end_s - frame.start_s, left=frame.start_s, color=colors, height=0.7)
-    for y, (end, hit, total) in zip(rows, frame[["end_s", "cached_tokens", "prompt_tokens"]].values, strict=True):
+    for y, end, hit, total in zip(rows, frame.end_s, frame.cached_tokens, frame.prompt_tokens, strict=True):
         ax.text(end + 0.05, y, f"{hit}/{total}", va="center", fontsize=7)
     ax.set_yticks(rows, frame.request, fontsize=7)
     ax.set_title(name, fontsize=9, loc="left")
@@ -648,39 +646,14 @@ cached = reuse.groupby("configuration").cached_tokens.sum()
 print(cached["SGLang, lpm"] >= cached["SGLang, fcfs"])
 
 # %% [markdown]
-# Under `fcfs` both engines prefill the fresh prompts first, and by the time the reusing requests
-# are scheduled their prefix has been evicted: they prefill it again, and they finish last. With
-# `lpm` SGLang moves the requests with a cached prefix to the front: they reuse it, and they finish
-# first. This is the situation cache-aware scheduling is for: a small cache, a queue, and a
-# cached prefix that other work would evict. With a cache large enough to hold both, or no queue,
-# the two orders cost the same.
-#
-# ### Another vLLM block size, measured
-
-# %%
-vllm_other = later["vllm block"]
-other_built = engine_capacity(vllm_other)
-other_hits, other_rates = run_workloads(vllm_other, {n: tokens[n] for n in other_block_workloads}, ids)
-other_hits["predicted"] = np.concatenate([
-    predict_hits("block", tokens[n], block_size=other_built["block_size"], capacity=other_built["usable"])
-    for n in other_block_workloads])
-stop_all(list(later.values()))
-by_size = pd.DataFrame({
-    f"block {vllm_built['block_size']}": vllm_rates.set_index("workload").hit_rate,
-    f"block {other_built['block_size']}": other_rates.set_index("workload").hit_rate,
-    "SGLang (one token)": sglang_rates.set_index("workload").hit_rate}).loc[other_block_workloads]
-results.save("prefix_hits_vllm_other_block", other_hits, prof, block_size=other_built["block_size"])
-(100 * by_size).round(1)
-
-# %%
-# NBVAL_CHECK_OUTPUT
-print((other_hits.cached_tokens == other_hits.predicted).all(),
-      (other_hits.cached_tokens % other_built["block_size"] == 0).all())
-
-# %% [markdown]
-# The block size moves vLLM's hit rates toward SGLang's or away from them, as the simulation
-# predicted, and our block cache again predicts every request. On this profile `other_block_size`
-# is smaller than vLLM's CPU default; on GPUs, whose default is 16 tokens, it is larger.
+# Under `fcfs` both engines prefill the fresh prompts first, and their KV evicts the cached prefix,
+# the least recently used entry, before the reusing requests are scheduled. Those then prefill the
+# prefix again: all of them that are scheduled in the same step, because what a step computes is
+# cached only once the step has run; the ones scheduled later find it again. With `lpm`, SGLang
+# moves the requests whose prefix is cached to the front of the queue: they reuse it before the
+# fresh prompts can evict it, and the burst ends sooner. This is the situation cache-aware
+# scheduling is for: a small cache, a queue, and a cached prefix that other work would evict. With
+# a cache large enough for both, or no queue to reorder, the two orders cost the same.
 #
 # ## The verdict on the articles' advice
 #

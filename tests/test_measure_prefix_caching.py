@@ -381,12 +381,18 @@ def test_sglang_schedule_facts_come_from_its_installed_source(require_engine, cp
 
 @pytest.fixture(scope="module")
 def live_hits(cpu, require_engine) -> dict[str, dict]:
-    """Start vLLM and SGLang together with a small KV budget, send the same short workloads to both."""
+    """Start vLLM (at its default block size and at 32), SGLang, each with a small KV budget; the same
+    short workloads to each."""
     require_engine("vllm")
     require_engine("sglang")
     budget = cpu.max_model_len * 9 // 8
-    servers = wait_started({e: start_in_background(Server(e, cpu, kv_cache_tokens=budget, **cache_options(e)))
-                            for e in ("vllm", "sglang")})
+    servers = wait_started({
+        **{e: start_in_background(Server(e, cpu, kv_cache_tokens=budget, **cache_options(e)))
+           for e in ("vllm", "sglang")},
+        # another block size: the CPU attention backend takes multiples of 32
+        "vllm-32": start_in_background(Server("vllm", cpu, kv_cache_tokens=budget, block_size=32,
+                                              **cache_options("vllm"))),
+    })
     try:
         chats = {"multi_turn": make("multi_turn", 0, conversations=1, turns=3, user_words=40, assistant_words=30),
                  "short_repeat": repeat_requests(0, words=30, times=2)}
@@ -395,7 +401,7 @@ def live_hits(cpu, require_engine) -> dict[str, dict]:
         for engine, server in servers.items():
             built = engine_capacity(server)
             requests, totals = run_workloads(server, tokens)
-            cache, size = ("block", built["block_size"]) if engine == "vllm" else ("radix", 1)
+            cache, size = ("radix", 1) if engine == "sglang" else ("block", built["block_size"])
             requests["predicted"] = [h for n in tokens for h in
                                      predict_hits(cache, tokens[n], block_size=size, capacity=built["usable"])]
             out[engine] = {"requests": requests, "totals": totals, "block_size": built["block_size"]}
@@ -406,7 +412,7 @@ def live_hits(cpu, require_engine) -> dict[str, dict]:
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("engine", ["vllm", "vllm-32", "sglang"])
 def test_our_caches_predict_every_hit_the_engines_report(live_hits, engine):
     requests = live_hits[engine]["requests"]
     assert requests.cached_tokens.sum() > 0
@@ -415,7 +421,7 @@ def test_our_caches_predict_every_hit_the_engines_report(live_hits, engine):
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("engine", ["vllm", "vllm-32", "sglang"])
 def test_per_request_cached_tokens_add_up_to_the_engines_counters(live_hits, engine):
     requests, totals = live_hits[engine]["requests"], live_hits[engine]["totals"].set_index("workload")
     sums = requests.groupby("workload").agg(hits=("cached_tokens", "sum"), queries=("prompt_tokens", "sum"))
@@ -463,3 +469,10 @@ def test_stop_all_stops_every_server_together():
     t0 = time.perf_counter()
     stop_all(servers)
     assert all(s.stopped for s in servers) and time.perf_counter() - t0 < 0.8  # not one after another
+
+
+@pytest.mark.server
+def test_smaller_vllm_blocks_find_more_and_token_granularity_the_most(live_hits):
+    found = {engine: live_hits[engine]["requests"].cached_tokens.sum() for engine in ("vllm", "vllm-32", "sglang")}
+    assert live_hits["vllm-32"]["block_size"] == 32 < live_hits["vllm"]["block_size"]
+    assert found["vllm"] < found["vllm-32"] <= found["sglang"], found
