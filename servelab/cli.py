@@ -1,4 +1,4 @@
-"""Command line: `python -m servelab setup|notebooks|book|lab`."""
+"""Command line: `python -m servelab setup|notebooks|book|lab|translations`."""
 
 from __future__ import annotations
 
@@ -19,14 +19,23 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("notebooks", help="execute the notebooks in place (papermill)")
     p_run.add_argument("--profile", default="auto")
     p_run.add_argument("names", nargs="*", help="notebook names (default: all in the table of contents)")
-    sub.add_parser("book", help="build the HTML book")
-    p_lab = sub.add_parser("lab", help="setup + notebooks + book")
+    p_book = sub.add_parser("book", help="build the HTML book into _build/html/<lang>/ (every language)")
+    p_book.add_argument("--lang", action="append", help="build only this language (repeatable): en ja ko de es")
+    p_lab = sub.add_parser("lab", help="setup + notebooks + book + translated notebooks")
     p_lab.add_argument("--profile", default="auto")
+    p_lab.add_argument("--lang", action="append", help="build the book only in this language (repeatable)")
+    p_tr = sub.add_parser("translations", help="catalogs under locales/: update, check, todo, apply, notebooks")
+    p_tr.add_argument("action", choices=["update", "check", "todo", "apply", "notebooks"])
+    p_tr.add_argument("args", nargs="*", help="todo LANG DOMAIN | apply LANG DOMAIN FILE.po | notebooks [LANG]")
     args = parser.parse_args(argv)
 
     try:
         if args.command in ("setup", "notebooks", "lab"):
             profiles.load(args.profile)  # fail early, with the list of valid names
+        if getattr(args, "lang", None):
+            from servelab.book.i18n import check_languages
+
+            check_languages(args.lang)  # before anything runs
         if args.command == "setup":
             return _setup(args)
         if args.command == "notebooks":
@@ -36,14 +45,22 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "book":
             from servelab.book.chapters import build_book
 
-            build_book()
+            build_book(languages=tuple(args.lang or ()))
         elif args.command == "lab":
+            from servelab.book import translated_notebooks
+            from servelab.book.catalogs import TRANSLATED
             from servelab.book.chapters import build_book, run_notebooks
             from servelab.machine.provision import setup
 
             setup(args.profile)
             run_notebooks(args.profile)
-            build_book()
+            build_book(languages=tuple(args.lang or ()))
+            for lang in TRANSLATED:
+                translated_notebooks.write(lang)
+        elif args.command == "translations":
+            from servelab.book.translations_cli import translations
+
+            return translations(args.action, args.args)
     except (RuntimeError, ValueError, subprocess.CalledProcessError) as err:
         print(f"servelab: error: {_one_line(err)}", file=sys.stderr)
         return 2

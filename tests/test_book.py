@@ -1,6 +1,7 @@
-"""The book builds with warnings as errors from the committed notebooks, and shows what it should.
+"""The book builds in every language with warnings as errors from the committed notebooks, and shows what it should.
 
-Tests that use the `html` fixture build the book and are marked `book`; the table-of-contents check is fast.
+Tests that use the `html` fixture build the book (all five languages) and are marked `book`; the
+table-of-contents check is fast.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import re
 import pytest
 import yaml
 
-from servelab.book import chapters
+from servelab.book import catalogs, chapters
+from servelab.book.i18n import LANGUAGES
 from servelab.machine.paths import REPO
 
 
@@ -23,8 +25,13 @@ def _toc_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def html(tmp_path_factory):
+def books(tmp_path_factory):
     return chapters.build_book(tmp_path_factory.mktemp("book"))
+
+
+@pytest.fixture(scope="module")
+def html(books):
+    return books / "en"
 
 
 @pytest.mark.book
@@ -46,3 +53,30 @@ def test_chapters_show_their_figures_and_hide_engine_logs(html):
         figures = len(re.findall(r'<img[^>]+src="[^"]*\.png"', page))
         if source.stem != "00_setup_check":
             assert figures >= 2, f"{source.stem} shows {figures} figures"
+
+
+@pytest.mark.book
+def test_every_page_links_to_itself_in_every_language(books):
+    for lang in LANGUAGES:
+        for name in _toc_files():
+            page = (books / lang / f"{name}.html").read_text()
+            assert f'<html lang="{lang}"' in page, (lang, name)
+            switcher = re.search(r'<nav class="servelab-languages".*?</nav>', page, re.S).group(0)
+            links = re.findall(r'href="([^"]+)"', switcher)
+            up = "../" * (name.count("/") + 1)
+            assert links == [f"{up}{other}/{name}.html" for other in LANGUAGES if other != lang], (lang, name)
+            assert all((books / lang / name).parent.joinpath(link).resolve().is_file() for link in links)
+    assert 'url=en/index.html' in (books / "index.html").read_text()
+
+
+@pytest.mark.book
+def test_translated_pages_show_their_catalogs(books):
+    """The intro's translations reach the page (with their links and code intact), English stays English."""
+    for lang in LANGUAGES[1:]:
+        messages = catalogs.translation(lang, "book/intro")
+        page = (books / lang / "book" / "intro.html").read_text()
+        title = messages["Introduction"]
+        assert f"<h1>{title}" in page, lang
+        code = '<code class="docutils literal notranslate"><span class="pre">./lab.sh'
+        assert 'href="running.html"' in page and code in page, lang
+    assert "<h1>Introduction" in (books / "en" / "book" / "intro.html").read_text()

@@ -1,13 +1,16 @@
-"""One chapter executed with a non-default parameter, the way a reader or CI would run it."""
+"""One chapter executed with a non-default parameter, the way a reader or CI would run it: its Japanese copy
+(markdown from the catalogs, code identical), so the same run also shows a translated notebook executes and that
+every label it draws is in the `servelab` catalog."""
 
 from __future__ import annotations
 
 import json
 
+import jupytext
 import nbformat
 import pytest
 
-from servelab.book import chapters
+from servelab.book import catalogs, chapters, translated_notebooks
 from tests.conftest import pinned_version
 
 
@@ -16,7 +19,9 @@ def test_kv_chapter_with_a_smaller_budget(tmp_path, monkeypatch, cpu, require_en
     require_engine("vllm")
     require_engine("sglang")
     monkeypatch.setenv("SERVELAB_RESULTS", str(tmp_path / "results"))
-    source = chapters.NOTEBOOKS / "01_kv_cache_memory.py"
+    monkeypatch.setenv("SERVELAB_LANG", "ja")
+    monkeypatch.setenv("SERVELAB_I18N_MISSES", str(tmp_path / "misses.tsv"))
+    [source] = translated_notebooks.write("ja", ["01_kv_cache_memory"], out=tmp_path)
     budget = 5952  # tokens: 46.5 blocks of vLLM's 128 on the cpu profile: vLLM drops the half block, SGLang keeps it
     out = chapters.execute(source, output=tmp_path / "01.ipynb",
                            parameters={"profile": "cpu", "kv_cache_tokens": budget})
@@ -34,6 +39,16 @@ def test_kv_chapter_with_a_smaller_budget(tmp_path, monkeypatch, cpu, require_en
     assert meta["profile"] == "cpu"
     assert meta["vllm"].split("+")[0] == pinned_version(cpu.vllm_env), meta["vllm"]
     assert not list(tmp_path.glob(".01_kv_cache_memory-*")), "temporary files left behind"
+
+    english = jupytext.read(chapters.NOTEBOOKS / "01_kv_cache_memory.py")
+    ran = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    assert [c.source for c in ran if c.cell_type == "code"] == [
+        c.source for c in english.cells if c.cell_type == "code"]
+    assert [c.source for c in ran if c.cell_type == "markdown"] == [
+        c.source for c in nbformat.read(source, as_version=4).cells if c.cell_type == "markdown"]
+    drawn = (tmp_path / "misses.tsv").read_text().splitlines() if (tmp_path / "misses.tsv").exists() else []
+    known = {m.id for m in catalogs.read(catalogs.po_path("ja", catalogs.CODE_DOMAIN)) if m.id}
+    assert {line.split("\t", 1)[1] for line in drawn} <= known, "labels drawn at run time that no catalog holds"
 
 
 def test_unknown_notebook_is_one_line():

@@ -8,8 +8,6 @@ leaves a half-written notebook behind.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -73,12 +71,22 @@ def run_notebooks(profile: str = "auto", names: list[str] | None = None) -> dict
     return times
 
 
-def build_book(out: Path | None = None, *, language: str = "en") -> Path:
-    """Build the HTML book from the committed, executed notebooks; warnings are errors."""
-    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(REPO), "--warningiserror",
-           "--keep-going"]
-    if out:
-        cmd += ["--path-output", str(out)]
-    env = {**os.environ, "SERVELAB_LANG": language}
-    subprocess.run(cmd, check=True, env=env)
-    return (out or REPO) / "_build" / "html"
+def build_book(out: Path | None = None, *, languages: tuple[str, ...] | None = None) -> Path:
+    """Build the HTML book in each language into `<out>/_build/html/<lang>/` (default: every language), warnings
+    as errors, each language with its own doctree folder; `<out>/_build/html/index.html` leads to them.
+    Returns `<out>/_build/html`. The catalogs under locales/ translate the prose; pages show the committed
+    English notebooks' outputs (their figures were drawn in English)."""
+    from servelab.book import sphinx_run
+    from servelab.book.i18n import LANGUAGES, check_languages
+
+    languages = check_languages(languages or LANGUAGES)
+    build = (out or REPO) / "_build"
+    for lang in languages:
+        t0 = time.monotonic()
+        sphinx_run.run("html", build / "html" / lang, build / "doctrees" / lang, lang)
+        print(f"[book] {lang}: {time.monotonic() - t0:.0f} s -> {build / 'html' / lang}", flush=True)
+    links = "".join(f'<li><a hreflang="{lang}" href="{lang}/index.html">{lang}</a></li>' for lang in LANGUAGES)
+    (build / "html" / "index.html").write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0; url=en/index.html">'
+        f"<title>servelab</title></head><body><ul>{links}</ul></body></html>\n")
+    return build / "html"

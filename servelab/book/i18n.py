@@ -1,15 +1,20 @@
 """Translation of the few words code prints (plot labels, banner) via gettext catalogs.
 
 Prose is translated by Sphinx's catalogs under locales/; strings that code draws on a figure
-go through `t()`, which reads the `servelab` domain of the same folder. The language comes from
-SERVELAB_LANG (en, ja, ko, de, es); without a catalog the English text is returned.
+go through `t()`, which reads the `servelab` domain of the same folder
+(`locales/<lang>/LC_MESSAGES/servelab.po`, read directly: no compiled .mo is needed). The language
+comes from SERVELAB_LANG (en, ja, ko, de, es); unset, a kernel whose working folder is a translated
+notebooks folder (`notebooks/ja/`, written by `python -m servelab translations notebooks`) uses that
+folder's language, so a translated notebook plots in its language with code identical to English.
+A message without a finished translation comes back in English; with SERVELAB_I18N_MISSES=path,
+each such message is also appended to that file (a test reads it).
 """
 
 from __future__ import annotations
 
-import gettext
 import os
 from functools import cache
+from pathlib import Path
 
 from servelab.machine.paths import REPO
 
@@ -18,17 +23,42 @@ LANGUAGES = ("en", "ja", "ko", "de", "es")
 
 
 def language() -> str:
-    lang = os.environ.get("SERVELAB_LANG", "en")
+    here = Path.cwd()
+    default = here.name if here.parent.name == "notebooks" and here.name in LANGUAGES else "en"
+    lang = os.environ.get("SERVELAB_LANG") or default
     if lang not in LANGUAGES:
         raise ValueError(f"unknown SERVELAB_LANG {lang!r}; accepted: {', '.join(LANGUAGES)}")
     return lang
 
 
+def check_languages(langs: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    unknown = [lang for lang in langs if lang not in LANGUAGES]
+    if unknown:
+        raise ValueError(f"unknown language(s) {', '.join(unknown)}; accepted: {', '.join(LANGUAGES)}")
+    return tuple(langs)
+
+
 @cache
-def _catalog(lang: str) -> gettext.NullTranslations:
-    return gettext.translation("servelab", localedir=LOCALES, languages=[lang], fallback=True)
+def _catalog(lang: str) -> dict[str, str]:
+    path = LOCALES / lang / "LC_MESSAGES" / "servelab.po"
+    if lang == "en" or not path.exists():
+        return {}
+    from babel.messages.pofile import read_po
+
+    with path.open("rb") as f:
+        return {m.id: m.string for m in read_po(f) if m.id and m.string and not m.fuzzy}
 
 
 def t(message: str) -> str:
     """`message` in the reader's language."""
-    return _catalog(language()).gettext(message)
+    lang = language()
+    found = _catalog(lang).get(message)
+    if found is None and lang != "en" and (misses := os.environ.get("SERVELAB_I18N_MISSES")):
+        with open(misses, "a", encoding="utf-8") as f:
+            f.write(f"{lang}\t{message}\n")
+    return found or message
+
+
+def N_(message: str) -> str:  # noqa: N802 (gettext's name)
+    """Mark `message` for extraction into the catalogs without translating it yet (translate it with `t`)."""
+    return message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from matplotlib import font_manager
 from matplotlib import pyplot as plt
 
@@ -25,6 +27,9 @@ def style() -> None:
             if font in installed:
                 plt.rcParams["font.family"] = [font, "DejaVu Sans"]
                 break
+        else:
+            warnings.warn(f"no CJK font installed ({', '.join(CJK_FONTS)}): {language()} plot labels will show "
+                          "empty boxes; install one (Debian/Ubuntu: sudo apt-get install fonts-noto-cjk)", stacklevel=2)
 
 
 def axes(title: str, xlabel: str, ylabel: str, ax: plt.Axes | None = None) -> plt.Axes:

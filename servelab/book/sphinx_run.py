@@ -1,0 +1,48 @@
+"""One Sphinx build of the book, configured exactly as `jupyter-book build` configures it.
+
+Jupyter Book 1's CLI has no `-D`, so instead of `jupyter-book config sphinx` + `sphinx-build` this calls
+Jupyter Book's own `build_sphinx` (what its CLI calls: `_config.yml` and `_toc.yml` become the Sphinx
+configuration, no conf.py is written) with `language` and the builder overridden. Each build runs in
+its own process (`run`), since Sphinx and docutils keep global state, and each language gets its own
+doctree folder (the gettext builder cannot share doctrees with an HTML build).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from servelab.machine.paths import REPO
+
+BUILDERS = ("html", "gettext")
+
+
+def command(builder: str, out: Path, doctrees: Path, language: str = "en") -> list[str]:
+    if builder not in BUILDERS:
+        raise ValueError(f"unknown Sphinx builder {builder!r}; accepted: {', '.join(BUILDERS)}")
+    return [sys.executable, "-m", "servelab.book.sphinx_run", builder, str(out), str(doctrees), language]
+
+
+def run(builder: str, out: Path, doctrees: Path, language: str = "en", quiet: bool = True) -> None:
+    """Build into `out` with warnings as errors; raises RuntimeError (Sphinx's warnings are on stderr)."""
+    cmd = command(builder, out, doctrees, language)
+    if quiet:
+        cmd.append("--quiet")
+    if subprocess.run(cmd).returncode != 0:
+        raise RuntimeError(f"the Sphinx {builder} build ({language}) failed: its warnings, printed above, are errors")
+
+
+def _main(argv: list[str]) -> int:
+    from jupyter_book.sphinx import build_sphinx
+
+    builder, out, doctrees, language = argv[:4]
+    overrides = {"language": language, "latex_individualpages": False}
+    result = build_sphinx(str(REPO), str(out), noconfig=True, path_config=str(REPO / "_config.yml"),
+                          confoverrides=overrides, doctreedir=str(doctrees), builder=builder,
+                          warningiserror=True, keep_going=True, quiet="--quiet" in argv)
+    return result if isinstance(result, int) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
