@@ -68,6 +68,13 @@ def test_every_language_has_a_glossary_of_the_core_terms():
         assert all(t.use.strip() for t in terms.values()), lang
 
 
+def test_no_glued_value_in_translatable_text(templates):
+    """A translated paragraph loses its `{glue}` value (with a warning), so glued values stay out of prose."""
+    found, _ = templates
+    glued = [f"{d}: {m.id[:70]!r}" for d, t in found.items() for m in t if m.id and "{glue" in m.id]
+    assert not glued, "\n".join(glued)
+
+
 def test_every_plot_label_is_extractable(templates):
     """A label built at run time (f-string) cannot be in a catalog, so it would stay English."""
     _, problems = templates
@@ -93,6 +100,12 @@ def test_markup_catches_cjk_emphasis_that_does_not_close():
     # CommonMark: `**` after punctuation and before a letter does not close, so the bold is lost.
     assert po_markup.differences("**Readers**, who", "**「読者」**は") == ["lost strong"]
     assert po_markup.differences("**Readers**, who", "**読者**：") == []
+
+
+def test_entries_without_words_need_no_translator():
+    assert not po_markup.has_words("`./lab.sh`") and not po_markup.has_words("104")
+    assert not po_markup.has_words("{doc}`running`, `cpu` (2)")
+    assert po_markup.has_words("`cpu` profile") and po_markup.has_words("[the docs](https://a.org)")
 
 
 def test_markup_links_math_and_placeholders():

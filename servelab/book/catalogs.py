@@ -5,7 +5,8 @@ the page's docname, e.g. `notebooks/02_paged_attention`) and one for the strings
 (domain `servelab`, see `code_messages`), at `locales/<lang>/LC_MESSAGES/<domain>.po`. Catalogs are
 read and written with Babel (what Sphinx itself uses), one line per msgid and msgstr, without source
 locations, so a diff shows the paragraphs that changed. `update` drops obsolete entries (git keeps
-them) and marks an edited paragraph fuzzy with its previous English text (`#| msgid`).
+them), marks an edited paragraph fuzzy with its previous English text (`#| msgid`), and fills in
+the entries with nothing to translate (only code, numbers or punctuation) with the English.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ def update(langs: tuple[str, ...] = TRANSLATED) -> tuple[dict[str, int], list[st
                                                                 fuzzy=False)
             catalog.update(template, update_creation_date=False)
             catalog.obsolete.clear()
+            for m in catalog:  # nothing to translate (`./lab.sh`, a number): the English is the translation
+                if m.id and not m.string and not po_markup.has_words(m.id):
+                    m.string = m.id
             catalog.header_comment = HEADER.format(lang=lang, domain=domain)
             catalog.copyright_holder, catalog.msgid_bugs_address = "The servelab authors", ""
             write(catalog, path)

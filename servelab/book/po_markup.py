@@ -58,6 +58,12 @@ def signature(text: str) -> Counter:
     return found
 
 
+def has_words(text: str) -> bool:
+    """Whether a message has anything to translate: letters outside its code, roles, math and markup."""
+    plain = "".join(t.content for t in _parser().parseInline(text)[0].children or [] if t.type == "text")
+    return bool(re.sub(r"[\W\d_]+", "", plain))
+
+
 def placeholders(text: str) -> Counter:
     return Counter(PLACEHOLDER.findall(text))
 
