@@ -106,6 +106,8 @@ def test_entries_without_words_need_no_translator():
     assert not po_markup.has_words("`./lab.sh`") and not po_markup.has_words("104")
     assert not po_markup.has_words("{doc}`running`, `cpu` (2)")
     assert po_markup.has_words("`cpu` profile") and po_markup.has_words("[the docs](https://a.org)")
+    assert catalogs.verbatim("ja: 同時リクエスト<br>es: la memoria crece") and catalogs.verbatim("`cpu`")
+    assert not catalogs.verbatim("ja: 同時<br>the same claim") and not catalogs.verbatim("Japanese: a quote")
 
 
 def test_markup_links_math_and_placeholders():

@@ -6,11 +6,13 @@ the page's docname, e.g. `notebooks/02_paged_attention`) and one for the strings
 read and written with Babel (what Sphinx itself uses), one line per msgid and msgstr, without source
 locations, so a diff shows the paragraphs that changed. `update` drops obsolete entries (git keeps
 them), marks an edited paragraph fuzzy with its previous English text (`#| msgid`), and fills in
-the entries with nothing to translate (only code, numbers or punctuation) with the English.
+the entries with nothing to translate (`verbatim`: only code and numbers, or quotes of the source
+articles in their own languages) with the English.
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,16 @@ def check_language(lang: str) -> str:
 
 HEADER = ("# {lang} translation of servelab: {domain}.\n# Edit msgstr lines only, then run `python -m servelab "
           "translations update` (CONTRIBUTING.md, Translations).")
+
+
+QUOTES = re.compile(r"(?:ja|ko|de|es|en): \S")
+
+
+def verbatim(msgid: str) -> bool:
+    """A message that stays as it is in every language: nothing but code, numbers and punctuation
+    (`./lab.sh`, a count), or the claims ledger's quotes of the articles in their own words
+    (`ja: ...<br>de: ...`)."""
+    return not po_markup.has_words(msgid) or all(QUOTES.match(part) for part in msgid.split("<br>"))
 
 
 def check_domain(lang: str, domain: str) -> str:
@@ -90,8 +102,8 @@ def update(langs: tuple[str, ...] = TRANSLATED) -> tuple[dict[str, int], list[st
                                                                 fuzzy=False)
             catalog.update(template, update_creation_date=False)
             catalog.obsolete.clear()
-            for m in catalog:  # nothing to translate (`./lab.sh`, a number): the English is the translation
-                if m.id and not m.string and not po_markup.has_words(m.id):
+            for m in catalog:  # nothing to translate: the English is the translation
+                if m.id and not m.string and verbatim(m.id):
                     m.string = m.id
             catalog.header_comment = HEADER.format(lang=lang, domain=domain)
             catalog.copyright_holder, catalog.msgid_bugs_address = "The servelab authors", ""

@@ -48,7 +48,7 @@ def problems(lang: str, domain: str) -> list[str]:
     """One line per finished entry of one catalog that does not use a checked glossary term."""
     found = []
     for m in catalogs.read(catalogs.po_path(lang, domain)):
-        if not (m.id and m.string) or m.fuzzy:
+        if not (m.id and m.string) or m.fuzzy or catalogs.verbatim(m.id):  # quotes stay in their own words
             continue
         ignored = {t.strip().casefold() for c in m.user_comments for t in IGNORE.findall(c)}
         for term in terms(lang):
