@@ -145,8 +145,10 @@ def test_stat_counts_fuzzy_as_not_translated(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="no catalog 'y' in es; available: x"):
         catalogs.todo("es", "y")
     chunk = tmp_path / "chunk.po"
-    chunk.write_text('msgid "two"\nmsgstr "dos"\n\nmsgid "three"\nmsgstr "tres"\n')
-    assert catalogs.apply("es", "x", chunk) == 2
+    chunk.write_text('#, fuzzy\nmsgid "two"\nmsgstr "dos"\n\nmsgid "three"\nmsgstr "tres"\n')
+    assert catalogs.apply("es", "x", chunk) == (1, 1)
+    chunk.write_text('msgid "two"\nmsgstr "dos"\n')
+    assert catalogs.apply("es", "x", chunk) == (1, 0)
     assert catalogs.stat("es", "x").complete
 
 

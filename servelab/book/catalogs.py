@@ -161,21 +161,24 @@ def todo(lang: str, domain: str) -> str:
         return (Path(tmp) / "todo.po").read_text()
 
 
-def apply(lang: str, domain: str, chunk: Path) -> int:
-    """Copy the translated (non-fuzzy, non-empty) entries of a .po chunk into one catalog; returns how many."""
+def apply(lang: str, domain: str, chunk: Path) -> tuple[int, int]:
+    """Copy the translated entries of a .po chunk into one catalog; returns (applied, still fuzzy so skipped)."""
     catalog = read(po_path(lang, check_domain(lang, domain)))
-    done = 0
+    done = skipped = 0
     for m in read(chunk):
-        if not (m.id and m.string) or m.fuzzy:
+        if not (m.id and m.string):
             continue
         if m.id not in catalog:
             raise ValueError(f"{chunk}: msgid {m.id[:60]!r} is not in {lang}/{domain}; run the update first")
+        if m.fuzzy:
+            skipped += 1
+            continue
         catalog[m.id].string = m.string
         catalog[m.id].flags.discard("fuzzy")
         catalog[m.id].previous_id = []
         done += 1
     write(catalog, po_path(lang, domain))
-    return done
+    return done, skipped
 
 
 def translation(lang: str, domain: str) -> dict[str, str]:

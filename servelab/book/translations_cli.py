@@ -38,7 +38,9 @@ def translations(action: str, args: list[str]) -> int:
     if action == "apply":
         from pathlib import Path
 
-        print(f"[translations] {catalogs.apply(args[0], args[1], Path(args[2]))} entries applied")
+        done, fuzzy = catalogs.apply(args[0], args[1], Path(args[2]))
+        skipped = f"; {fuzzy} still marked fuzzy were skipped (delete an entry's `#, fuzzy` line once it is right)"
+        print(f"[translations] {done} entries applied" + (skipped if fuzzy else ""))
         return 0
     for lang in args or catalogs.TRANSLATED:
         for path, left in translated_notebooks.write(lang).items():
