@@ -1,0 +1,96 @@
+"""The head-to-head plan: runs, the benchmark's arguments, its answer as a table, and ratios; the arguments
+are also parsed by vLLM's own `vllm bench serve` parser (engine_venv)."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from servelab.engines.engine_side import script
+from servelab.machine import engine_envs
+from servelab.measure import head_to_head as h
+
+SIZES = dict(input_tokens=64, concurrencies=[1, 4], rates=[2.0], rate_prompts=6, long_fraction=0.25, long_prompts=2,
+             prefix_fraction=0.125, suffix_tokens=16, prefixes=2, prefix_prompts=6, conversations=2, turns=3)
+SERVER = SimpleNamespace(url="http://127.0.0.1:9", served_model="m", model=SimpleNamespace(source="/models/m"))
+
+
+def test_plan_covers_every_workload_and_sizes_from_the_context_window():
+    runs = h.plan(2048, **SIZES)
+    assert [r.workload for r in runs] == ["random", "random", "random", "shared_prefix", "long_prompt", "multi_turn"]
+    assert [r.concurrency for r in runs[:2]] == [1, 4] and math.isinf(runs[0].rate)
+    assert runs[2].rate == 2.0 and runs[2].concurrency is None
+    assert "512" in runs[4].dataset and "256" in runs[3].dataset
+    assert len(h.plan(4096, **SIZES)[4].dataset[h.plan(4096, **SIZES)[4].dataset.index("--random-input-len") + 1]) == 4
+    assert runs[5].prompts == 6 and len(runs[5].chats) == 6
+
+
+def test_multi_turn_chats_interleave_conversations_turn_by_turn():
+    chats = h.multi_turn_chats(0, 2, 3)
+    systems = [c[0]["content"].split(".")[0] for c in chats]
+    assert systems == ["Conversation 0", "Conversation 1"] * 3
+    assert [len(c) for c in chats] == [2, 2, 4, 4, 6, 6]  # each turn re-sends the conversation so far
+    assert chats[2][:2] == chats[0]
+
+
+@pytest.mark.parametrize(("change", "word"), [
+    ({"input_tokens": 0}, "input_tokens"), ({"concurrencies": [0]}, "concurrency"),
+    ({"rates": [0]}, "request rates"), ({"long_fraction": 1.5}, "long_fraction")])
+def test_bad_sizes_are_refused(change, word):
+    with pytest.raises(ValueError, match=word):
+        h.plan(2048, **{**SIZES, **change})
+
+
+def test_args_carry_the_same_client_settings_for_every_run():
+    runs = h.plan(2048, **SIZES)
+    args = [r.args(SERVER, 16, 3, "/tmp/x.jsonl") for r in runs]
+    for a in args:
+        assert a[a.index("--backend") + 1] == "openai" and a[a.index("--tokenizer") + 1] == "/models/m"
+        assert "--ignore-eos" in a and a[a.index("--temperature") + 1] == "0" and a[a.index("--seed") + 1] == "3"
+        assert a[a.index("--metric-percentiles") + 1] == "50,90,99"
+    assert "--max-concurrency" not in args[2] and args[2][args[2].index("--request-rate") + 1] == "2.0"
+    assert "--request-rate" not in args[0]
+    assert args[5][args[5].index("--dataset-path") + 1] == "/tmp/x.jsonl"
+    with pytest.raises(ValueError, match="dataset_path"):
+        runs[5].args(SERVER, 16, 3)
+
+
+def _answer(runs, scale):
+    return {"version": "0.32.0", "runs": [{"name": r.name, "args": [], "result": {
+        "completed": r.prompts, "failed": 0, "duration": 1.0, "output_throughput": 100.0 / scale,
+        **{f"p{p}_{m}_ms": scale * p for p in h.PERCENTILES for m in h.METRICS},
+        **{f"mean_{m}_ms": scale for m in h.METRICS}}} for r in runs]}
+
+
+def test_frame_and_ratios():
+    runs = h.plan(2048, **SIZES)
+    table = pd.concat([h.frame("vllm", runs, _answer(runs, 1.0)), h.frame("sglang", runs, _answer(runs, 2.0))])
+    assert list(table.columns[:7]) == ["engine", "run", "workload", "concurrency", "rate", "prompts", "client"]
+    assert table.p90_itl_ms.tolist() == [90.0] * len(runs) + [180.0] * len(runs)
+    r = h.ratios(table)
+    assert list(r.index) == [run.name for run in runs]
+    assert (r.p50_ttft_ms == 0.5).all() and (r.output_throughput == 2.0).all()
+    with pytest.raises(ValueError, match="both"):
+        h.ratios(table[table.engine == "vllm"])
+    with pytest.raises(ValueError, match="answered"):
+        h.frame("vllm", runs, _answer(runs[:2], 1.0))
+
+
+@pytest.mark.engine_venv
+def test_vllm_bench_parser_accepts_every_run(require_engine, cpu):
+    require_engine("vllm")
+    runs = h.plan(cpu.max_model_len, **SIZES)
+    request = {"parse_only": True, "runs": [{"name": r.name, "args": r.args(SERVER, 16, 0, "/tmp/x.jsonl")}
+                                            for r in runs]}
+    python = engine_envs.get(cpu.engine_env("vllm")).require().python
+    answer = engine_envs.run_script(python, script("vllm_bench_runs.py"), stdin=json.dumps(request), timeout=300)
+    parsed = {r["name"]: r["parsed"] for r in answer["runs"]}
+    assert parsed["random, concurrency 4"]["max_concurrency"] == 4
+    assert parsed["random, 2 req/s"]["request_rate"] == 2.0
+    assert parsed["shared prefix"]["dataset_name"] == "prefix_repetition"
+    assert parsed["multi-turn"]["dataset_name"] == "custom" and parsed["multi-turn"]["skip_chat_template"] is True
+    assert all(p["percentile_metrics"] == "ttft,itl,e2el" and p["ignore_eos"] is True for p in parsed.values())
