@@ -18,6 +18,7 @@ from matplotlib import pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from servelab.book.i18n import N_
 from servelab.book.plots import axes, label
 from servelab.measure.kv_pressure import PressureRun
 from servelab.sim.paging import BlockAllocator
@@ -78,7 +79,12 @@ def _fill(alloc: BlockAllocator) -> dict[int, int]:
     return out
 
 
-EVICTED = {"vllm": "preempted", "sglang": "retracted"}
+# Whole labels per engine, so that a translation can order its words (servelab/book/code_messages.py).
+COUNTER_SAYS = {"vllm": N_("preempted, as the engine's counter says"),
+                "sglang": N_("retracted, as the engine's counter says")}
+PAUSED = {"vllm": N_("a request preempted (its stream paused)"),
+          "sglang": N_("a request retracted (its stream paused)")}
+WAITING = {"vllm": N_("preempted, waiting"), "sglang": N_("retracted, waiting")}
 
 
 def plot_pressure(run: PressureRun, pauses: pd.DataFrame, title: str) -> plt.Figure:
@@ -92,11 +98,11 @@ def plot_pressure(run: PressureRun, pauses: pd.DataFrame, title: str) -> plt.Fig
     bottom.step(tl.t_s, tl.running, where="post", label=label("running"))
     bottom.step(tl.t_s, tl.waiting, where="post", label=label("waiting in the engine"))
     bottom.step(tl.t_s, tl.evictions, where="post", linestyle="--", color="grey",
-                label=label(f"{EVICTED[run.engine]}, as the engine's counter says"))
+                label=label(COUNTER_SAYS[run.engine]))
     for ax in (top, bottom):
         for t in pauses.start_s:
             ax.axvline(t, color="tab:red", alpha=0.5, lw=1)
-    bottom.plot([], [], color="tab:red", alpha=0.5, label=label(f"a request {EVICTED[run.engine]} (its stream paused)"))
+    bottom.plot([], [], color="tab:red", alpha=0.5, label=label(PAUSED[run.engine]))
     bottom.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
@@ -112,6 +118,6 @@ def plot_request_lanes(run: PressureRun, pauses: pd.DataFrame, title: str, ax: p
     ax.set_yticks(sorted(run.requests.req))
     ax.invert_yaxis()
     ax.legend([Line2D([0], [0], color=c, lw=4) for c in ("lightgrey", "tab:blue", "tab:red")],
-              [label("sent, no token yet"), label("receiving tokens"), label(f"{EVICTED[run.engine]}, waiting")],
+              [label("sent, no token yet"), label("receiving tokens"), label(WAITING[run.engine])],
               fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
