@@ -145,7 +145,8 @@ plans.pivot_table(index=["model", "memory_gib"], columns="context_len", values=f
 # %%
 fig, axs = plt.subplots(1, len(gpu_memory_gib), figsize=(11, 4), sharey=True)
 for ax, mem in zip(axs, gpu_memory_gib, strict=True):
-    plots.axes(f"{mem} GiB GPU", "context length (tokens)", "sequences that fit (upper bound)", ax=ax)
+    plots.axes("GiB GPU", "context length (tokens)", "sequences that fit (upper bound)", ax=ax)
+    ax.set_title(f"{mem} {ax.get_title()}")
     for i, (name, marker) in enumerate(zip(big, "osD^", strict=True)):
         rows = plans[(plans.model == name) & (plans.memory_gib == mem) & (plans[fits] > 0)]
         if len(rows):

@@ -51,6 +51,7 @@ from matplotlib import pyplot as plt
 
 from servelab.book import banner, plots, results
 from servelab.book.diagrams_timeline import timeline_comparison
+from servelab.book.i18n import N_
 from servelab.engines import flags
 from servelab.engines.server import running
 from servelab.measure import chunked_prefill_live as live
@@ -322,12 +323,15 @@ by_config = predicted.set_index("config")
 fig, grid = plt.subplots(2, 2, figsize=(11, 7))
 colors = {"vllm": "tab:blue", "sglang": "tab:red", "sglang mixed": "tab:green"}
 for row_axes, engine in zip(grid, ("vllm", "sglang"), strict=True):
-    for ax, metric, what in zip(row_axes, ("itl_p90_s", "longest_stall_s"), ("p90 gap", "longest stall"), strict=True):
-        plots.axes(f"{engine}: streams' {what}", "long prompt TTFT (s)", f"streams' {what} during the prefill (s)",
-                   ax=ax)
+    for ax, metric, title, ylabel in zip(
+            row_axes, ("itl_p90_s", "longest_stall_s"), (N_("streams' p90 gap"), N_("streams' longest stall")),
+            (N_("streams' p90 gap during the prefill (s)"), N_("streams' longest stall during the prefill (s)")),
+            strict=True):
+        plots.axes(title, "long prompt TTFT (s)", ylabel, ax=ax)
+        ax.set_title(f"{engine}: {ax.get_title()}")
         for setting, curve in curves[curves.setting.str.startswith(engine)].groupby("setting"):
             ax.plot(curve.long_ttft_s, curve[metric], "-", color=colors[setting], alpha=0.5,
-                    label=plots.label(f"simulated: {setting}"))
+                    label=f"{plots.label('simulated')}: {setting}")
             for point in curve.itertuples():
                 ax.annotate(str(point.budget), (point.long_ttft_s, getattr(point, metric)), fontsize=7,
                             color=colors[setting], xytext=(3, 3), textcoords="offset points")
@@ -335,9 +339,9 @@ for row_axes, engine in zip(grid, ("vllm", "sglang"), strict=True):
             color = colors[cfg.engine + (" mixed" if cfg.mixed_chunk else "")]
             got, want = measured.loc[cfg.label], by_config.loc[cfg.label]
             ax.plot([want.long_ttft_s, got.long_ttft_s], [want[metric], got[metric]], ":", color=color)
-            ax.plot(got.long_ttft_s, got[metric], marker, color=color, label=plots.label(f"measured: {cfg.label}"))
+            ax.plot(got.long_ttft_s, got[metric], marker, color=color, label=f"{plots.label('measured')}: {cfg.label}")
             ax.plot(want.long_ttft_s, want[metric], marker, color=color, markerfacecolor="none",
-                    label=plots.label(f"predicted: {cfg.label}"))
+                    label=f"{plots.label('predicted')}: {cfg.label}")
         ax.set_xlim(left=0)
         ax.set_ylim(bottom=0)
     row_axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
