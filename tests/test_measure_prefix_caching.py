@@ -26,6 +26,7 @@ from servelab.measure.prefix_cache_live import (
     counters,
     predict_hits,
     run_burst,
+    run_cold,
     run_workloads,
     sglang_schedule_facts,
     start_in_background,
@@ -305,6 +306,15 @@ def test_run_burst_sends_in_order_at_once_after_the_warm_up(engine_stand_in):
     assert frame.set_index("request").cached_tokens.to_dict() == {"new-0": 0, "new-1": 0, "reuse-0": 40, "reuse-1": 40}
     assert sorted(frame.finished) == [1, 2, 3, 4]
     assert frame.set_index("request").loc[["reuse-0", "reuse-1"], "finished"].max() == 2  # short prefills end first
+
+
+def test_run_cold_empties_the_cache_before_every_request(engine_stand_in):
+    server, state = engine_stand_in
+    shared = list(range(100, 140))
+    frame = run_cold(server, [shared + [1], shared + [2], shared + [3]], ["c0", "c1", "c2"])
+    assert state["flushes"] == 3
+    assert frame.request.tolist() == ["c0", "c1", "c2"] and frame.cached_tokens.tolist() == [0, 0, 0]
+    assert run_workloads(server, {"warm": [shared + [1], shared + [2]]})[0].cached_tokens.tolist() == [0, 40]
 
 
 def test_predicted_hits_block_cache_in_whole_blocks_and_radix_tree_to_the_token():

@@ -200,6 +200,16 @@ def run_workloads(server: Server, workloads: dict[str, Sequence[list[int]]],
     return requests[["workload", *[c for c in requests if c != "workload"]]], pd.DataFrame(totals)
 
 
+def run_cold(server: Server, prompts: Sequence[list[int]], names: Sequence[str]) -> pd.DataFrame:
+    """Each prompt after emptying the prefix cache: every request prefills its whole prompt, as with the
+    cache turned off, on the same server (no second server to start). One row per request."""
+    frames = []
+    for name, prompt in zip(names, prompts, strict=True):
+        flush(server)
+        frames.append(send(server, [prompt], [name]))
+    return pd.concat(frames, ignore_index=True)
+
+
 def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names: Sequence[str]) -> pd.DataFrame:
     """From an empty cache: ``warm`` alone (it caches the shared prefix), then ``burst`` all at once, in order.
 
