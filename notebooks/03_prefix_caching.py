@@ -66,19 +66,27 @@ from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 prof = banner.start(profile)
 
 # %% [markdown]
-# Starting an engine takes tens of seconds on a CPU. We start vLLM and SGLang now, in the
-# background, each with the same small KV budget, and build the two caches while they load.
+# Starting an engine takes tens of seconds on a CPU, so the chapter starts as few servers as it
+# can: one vLLM, one SGLang, and one more SGLang with the cache-aware scheduling policy `lpm`,
+# because the policy is a flag fixed at start. All three get the same small KV budget.
 # `cache_options` asks both engines to report the cached prompt tokens of every request (vLLM's
 # `--enable-prompt-tokens-details`, SGLang's `--enable-cache-report`) and to let us empty their
-# prefix caches between experiments.
+# prefix caches between experiments. Where every server's memory is bounded (the cpu profile) the
+# three start now, side by side in the background, while we build the two caches; on a GPU, where
+# each server claims most of the memory, each starts when it is needed and the others stop
+# (`servelab/measure/lineup.py`).
 
 # %%
 from servelab.engines.server import Server
-from servelab.measure.prefix_cache_live import cache_options, start_in_background
+from servelab.measure.lineup import Lineup
+from servelab.measure.prefix_cache_live import cache_options
 
 kv_tokens = kv_tokens or prof.max_model_len * 9 // 8  # vLLM needs one full-length sequence plus its null block
-vllm_start = start_in_background(Server("vllm", prof, kv_cache_tokens=kv_tokens, **cache_options("vllm")))
-sglang_start = start_in_background(Server("sglang", prof, kv_cache_tokens=kv_tokens, **cache_options("sglang")))
+lineup = Lineup({
+    "vllm": Server("vllm", prof, kv_cache_tokens=kv_tokens, **cache_options("vllm")),
+    "sglang": Server("sglang", prof, kv_cache_tokens=kv_tokens, **cache_options("sglang")),
+    "sglang lpm": Server("sglang", prof, kv_cache_tokens=kv_tokens, schedule_policy="lpm", **cache_options("sglang")),
+}, together=prof.kv_cache_tokens is not None, background=True)
 
 # %% [markdown]
 # ## Two prefix caches from scratch
@@ -242,20 +250,24 @@ print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().a
 #
 # Two more test granularity and eviction: **short_repeat** sends one prompt shorter than a CPU
 # block twice, and **cycle** reads `cycle_documents` long documents in turn, twice, so that
-# together they do not fit the KV budget. The requests are saved as JSONL beside the results.
+# together they do not fit the KV budget. The requests are saved as JSONL beside the results, with
+# two more sets used further below: a longer loop for a simulation, and a burst for scheduling.
 
 # %%
-from servelab.measure.prefix_scenarios import cycle_requests, repeat_requests
+from servelab.measure.prefix_scenarios import burst_requests, cycle_requests, repeat_requests
 from servelab.measure.prefix_workloads import make, save_jsonl
 
 workloads = {name: make(name, seed, **options) for name, options in workload_sizes.items()}
 workloads["short_repeat"] = repeat_requests(seed, short_prompt_words, times=2)
 workloads["cycle"] = cycle_requests(seed, cycle_documents, rounds=2, doc_words=int(cycle_doc_share * kv_tokens))
+loop = cycle_requests(seed, 2 * cycle_documents, rounds=2, doc_words=int(cycle_doc_share * kv_tokens))  # simulated
+warm, burst = burst_requests(seed, shared_words=int(burst_shared_share * kv_tokens), reusers=burst_reusers,
+                             newcomers=burst_newcomers, newcomer_words=int(burst_newcomer_share * kv_tokens))
 summary = pd.DataFrame([{"workload": name, "requests": len(reqs), "words": sum(w for w in
                          (sum(len(m["content"].split()) for m in r.messages) for r in reqs))}
                         for name, reqs in workloads.items()])
 saved = results.save("prefix_workloads", summary, prof, seed=seed)
-save_jsonl([r for reqs in workloads.values() for r in reqs], saved.with_suffix(".jsonl"))
+save_jsonl([r for reqs in workloads.values() for r in reqs] + loop + [warm, *burst], saved.with_suffix(".jsonl"))
 print("saved", saved.with_suffix(".jsonl").name)
 
 # %% [markdown]
@@ -267,13 +279,17 @@ print("saved", saved.with_suffix(".jsonl").name)
 
 # %%
 from servelab.measure.kv_capacity import engine_capacity, server_info
-from servelab.measure.prefix_cache_live import chat_token_ids, stop_all, wait_started
+from servelab.measure.prefix_cache_live import chat_token_ids
 
-engines = wait_started({"vllm": vllm_start, "sglang": sglang_start})
-vllm, sglang = engines["vllm"], engines["sglang"]
+vllm = lineup.take("vllm")
 tokens = {name: [chat_token_ids(vllm, r.messages) for r in reqs] for name, reqs in workloads.items()}
 ids = {name: [r.request_id for r in reqs] for name, reqs in workloads.items()}
-results.save("prefix_workload_tokens", tokens, prof, tokenizer=f"vLLM {vllm.version()} /tokenize")
+loop_tokens = [chat_token_ids(vllm, r.messages) for r in loop]
+warm_tokens = chat_token_ids(vllm, warm.messages)
+burst_tokens = [chat_token_ids(vllm, r.messages) for r in burst]
+burst_names = [r.request_id for r in burst]
+results.save("prefix_workload_tokens", {**tokens, "loop": loop_tokens, "burst": [warm_tokens, *burst_tokens]}, prof,
+             tokenizer=f"vLLM {vllm.version()} /tokenize")
 pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min", "max"]]
               for name, seqs in tokens.items()}).T.astype(int).rename(columns={"count": "requests"})
 
@@ -288,21 +304,30 @@ pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min"
 # `sglang:cache_hit_rate` is a gauge of the latest batch only, so it is not used here). Both count
 # tokens, so their ratio is the workload's hit rate.
 #
+# Each server runs the **cycle** workload in the same go (it is read in the section on eviction),
+# and then the first `off_requests` few-shot requests once more, each after emptying the cache:
+# every one of them prefills its whole prompt, as with the cache turned off (the section on
+# caching on and off).
+#
 # ### vLLM
 
 # %%
 from servelab.engines.metrics import scrape
-from servelab.measure.prefix_cache_live import predict_hits, run_workloads
+from servelab.measure.prefix_cache_live import predict_hits, run_cold, run_workloads
 
 hit_workloads = [name for name in tokens if name != "cycle"]
 vllm_built = engine_capacity(vllm)
 vllm_config = scrape(vllm.url).labels("vllm:cache_config_info")
 print(f"vLLM {vllm.version()}: {vllm_built['blocks']} blocks of {vllm_built['block_size']} tokens "
       f"({vllm_built['usable']} usable), enable_prefix_caching={vllm_config['enable_prefix_caching']}")
-vllm_hits, vllm_rates = run_workloads(vllm, {n: tokens[n] for n in hit_workloads}, ids)
+vllm_hits, vllm_rates = run_workloads(vllm, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
 vllm_hits["predicted"] = np.concatenate([
     predict_hits("block", tokens[n], block_size=vllm_built["block_size"], capacity=vllm_built["usable"])
-    for n in hit_workloads])
+    for n in [*hit_workloads, "cycle"]])
+vllm_cold = run_cold(vllm, tokens["few_shot"][:off_requests], ids["few_shot"][:off_requests])
+vllm_cycle = vllm_hits[vllm_hits.workload == "cycle"].reset_index(drop=True)
+vllm_hits = vllm_hits[vllm_hits.workload != "cycle"].reset_index(drop=True)
+vllm_rates = vllm_rates[vllm_rates.workload != "cycle"].reset_index(drop=True)
 results.save("prefix_hits_vllm", vllm_hits, prof, kv_tokens=kv_tokens, block_size=vllm_built["block_size"])
 results.save("prefix_hit_rates_vllm", vllm_rates, prof, kv_tokens=kv_tokens)
 vllm_hits[["workload", "request", "prompt_tokens", "cached_tokens", "predicted", "ttft_s"]]
@@ -321,13 +346,18 @@ print((vllm_hits.cached_tokens == vllm_hits.predicted).all(),
 # ### SGLang
 
 # %%
+sglang = lineup.take("sglang")
 sglang_built = engine_capacity(sglang)
 info = server_info(sglang)
 print(f"SGLang {sglang.version()}: {sglang_built['tokens']} KV tokens, page_size={sglang_built['block_size']}, "
       f"disable_radix_cache={info['disable_radix_cache']}, schedule_policy={info['schedule_policy']}")
-sglang_hits, sglang_rates = run_workloads(sglang, {n: tokens[n] for n in hit_workloads}, ids)
+sglang_hits, sglang_rates = run_workloads(sglang, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
 sglang_hits["predicted"] = np.concatenate([
-    predict_hits("radix", tokens[n], capacity=sglang_built["usable"]) for n in hit_workloads])
+    predict_hits("radix", tokens[n], capacity=sglang_built["usable"]) for n in [*hit_workloads, "cycle"]])
+sglang_cold = run_cold(sglang, tokens["few_shot"][:off_requests], ids["few_shot"][:off_requests])
+sglang_cycle = sglang_hits[sglang_hits.workload == "cycle"].reset_index(drop=True)
+sglang_hits = sglang_hits[sglang_hits.workload != "cycle"].reset_index(drop=True)
+sglang_rates = sglang_rates[sglang_rates.workload != "cycle"].reset_index(drop=True)
 results.save("prefix_hits_sglang", sglang_hits, prof, kv_tokens=kv_tokens)
 results.save("prefix_hit_rates_sglang", sglang_rates, prof, kv_tokens=kv_tokens)
 sglang_hits[["workload", "request", "prompt_tokens", "cached_tokens", "predicted", "ttft_s"]]
@@ -418,14 +448,9 @@ plt.show()
 # not the same unit: SGLang frees whole leaves of its tree (a leaf here is an entire document),
 # vLLM frees blocks, and a finished request puts its blocks in the free queue tail first, so the
 # end of a document goes before its beginning (`free` in `vllm/v1/core/single_type_kv_cache_manager.py`).
+# Both servers ran the loop above, after the other workloads, from an empty cache.
 
 # %%
-cycle = {"cycle": tokens["cycle"]}
-vllm_cycle, _ = run_workloads(vllm, cycle, ids)
-vllm_cycle["predicted"] = predict_hits("block", tokens["cycle"], block_size=vllm_built["block_size"],
-                                       capacity=vllm_built["usable"])
-sglang_cycle, _ = run_workloads(sglang, cycle, ids)
-sglang_cycle["predicted"] = predict_hits("radix", tokens["cycle"], capacity=sglang_built["usable"])
 cycles = pd.concat([vllm_cycle.assign(engine="vLLM"), sglang_cycle.assign(engine="SGLang")], ignore_index=True)
 cycles["round"] = cycles.request.str.split("-").str[1].astype(int) + 1
 results.save("prefix_eviction_cycle", cycles, prof, kv_tokens=kv_tokens, documents=cycle_documents)
@@ -458,8 +483,6 @@ print((cycles.cached_tokens == cycles.predicted).all())
 
 # %%
 most = 2 * cycle_documents
-loop = cycle_requests(seed, most, rounds=2, doc_words=int(cycle_doc_share * kv_tokens))
-loop_tokens = [chat_token_ids(vllm, r.messages) for r in loop]
 overflow = []
 for n_docs in range(1, most + 1):
     prompts = loop_tokens[:n_docs] + loop_tokens[most:most + n_docs]  # documents 0..n-1, twice
@@ -490,7 +513,6 @@ plt.show()
 
 # %%
 from servelab.measure.prefix_cache_live import run_burst, sglang_schedule_facts
-from servelab.measure.prefix_scenarios import burst_requests
 
 facts = sglang_schedule_facts(prof)
 print(f"cache-aware policies: {', '.join(facts['CacheAwarePolicy'])}")
@@ -509,111 +531,20 @@ print(f"this server's policy: {info['schedule_policy']}; lpm and hrrn fall back 
 # A workload where order matters: one request caches a shared prefix; then a burst arrives, first
 # `burst_newcomers` fresh prompts, then `burst_reusers` requests that start with the cached prefix.
 # Under FCFS the fresh prompts are prefilled first, their KV needs room, and the least recently
-# used entry, the shared prefix, is evicted just before the requests that need it. Here the burst
-# runs on the two servers above, both first come, first served; an SGLang server with `lpm` runs
-# it further below.
+# used entry, the shared prefix, is evicted just before the requests that need it. The burst runs
+# on the three servers: vLLM and SGLang, both first come, first served, and the SGLang server
+# started with `--schedule-policy lpm`. These are the chapter's last live measurements; the
+# servers stop after them.
 
 # %%
-warm, burst = burst_requests(seed, shared_words=int(burst_shared_share * kv_tokens), reusers=burst_reusers,
-                             newcomers=burst_newcomers, newcomer_words=int(burst_newcomer_share * kv_tokens))
-warm_tokens = chat_token_ids(vllm, warm.messages)
-burst_tokens = [chat_token_ids(vllm, r.messages) for r in burst]
-burst_names = [r.request_id for r in burst]
-bursts = {"vLLM, fcfs": run_burst(vllm, warm_tokens, burst_tokens, burst_names),
-          "SGLang, fcfs": run_burst(sglang, warm_tokens, burst_tokens, burst_names)}
-print(f"shared prefix {len(warm_tokens)} tokens; burst prompts {[len(t) for t in burst_tokens]} tokens; "
-      f"KV budget {kv_tokens} tokens")
-
-# %%
-stop_all([vllm, sglang])
-
-# %% [markdown]
-# ## Three more servers
-#
-# The rest of the chapter needs servers with other flags. Each engine is started once more with its
-# prefix cache turned off (vLLM `--no-enable-prefix-caching`, SGLang `--disable-radix-cache`), and
-# an SGLang server with `--schedule-policy lpm` replays the burst. All three start together; they
-# measure one after another.
-
-# %%
-later = wait_started({
-    "vllm off": start_in_background(Server("vllm", prof, kv_cache_tokens=kv_tokens,
-                                           **cache_options("vllm", caching=False))),
-    "sglang off": start_in_background(Server("sglang", prof, kv_cache_tokens=kv_tokens,
-                                             **cache_options("sglang", caching=False))),
-    "sglang lpm": start_in_background(Server("sglang", prof, kv_cache_tokens=kv_tokens, schedule_policy="lpm",
-                                             **cache_options("sglang"))),
-})
-
-# %% [markdown]
-# ## Caching on and off
-#
-# The first `off_requests` few-shot requests run again on the two servers without a prefix cache:
-# the same token ids, one request after another.
-
-# %%
-few = {"few_shot": tokens["few_shot"][:off_requests]}
-off_runs = {engine: run_workloads(later[f"{engine} off"], few, {"few_shot": ids["few_shot"][:off_requests]})[0]
-            for engine in ("vllm", "sglang")}
-on_runs = {"vllm": vllm_hits, "sglang": sglang_hits}
-rows = []
-for engine, label in (("vllm", "vLLM"), ("sglang", "SGLang")):
-    on = on_runs[engine].query("workload == 'few_shot'").iloc[:off_requests]
-    off_requests_run = off_runs[engine]
-    rows.append({"engine": label,
-                 "TTFT on (s, median of requests 2+)": on.ttft_s.iloc[1:].median(),
-                 "TTFT off (s, median of requests 2+)": off_requests_run.ttft_s.iloc[1:].median(),
-                 "tokens/s on": on.prompt_tokens.sum() / on.latency_s.sum(),
-                 "tokens/s off": off_requests_run.prompt_tokens.sum() / off_requests_run.latency_s.sum(),
-                 "cached tokens off": int(off_requests_run.cached_tokens.sum())})
-on_off = pd.DataFrame(rows).set_index("engine")
-on_off["TTFT ratio off/on"] = (on_off["TTFT off (s, median of requests 2+)"]
-                               / on_off["TTFT on (s, median of requests 2+)"])
-on_off["throughput ratio on/off"] = on_off["tokens/s on"] / on_off["tokens/s off"]
-results.save("prefix_on_off", on_off.reset_index(), prof, workload="few_shot", requests=off_requests,
-             kv_tokens=kv_tokens)
-on_off.round(2).T
-
-# %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-for ax, (engine, label) in zip(axes, (("vllm", "vLLM"), ("sglang", "SGLang")), strict=True):
-    on = on_runs[engine].query("workload == 'few_shot'").iloc[:off_requests]
-    x = np.arange(1, len(on) + 1)
-    ax.plot(x, off_runs[engine].ttft_s, marker="s", linestyle="--", color="grey", label=plots.label("cache off"))
-    ax.plot(x, on.ttft_s, marker="o", color="tab:green", label=plots.label("cache on"))
-    ax.set_xticks(x)
-    plots.axes(f"{label}: {plots.label('few-shot requests, one after another')}", "request",
-               "time to first token (s)" if engine == "vllm" else "", ax=ax)
-    ax.legend(fontsize=8)
-axes[0].set_ylim(bottom=0)  # after both panels are drawn, so the shared axis holds every series
-plt.tight_layout()
-plt.show()
-
-# %%
-# NBVAL_CHECK_OUTPUT
-print((on_off["TTFT ratio off/on"] > 1).all(), (on_off["throughput ratio on/off"] > 1).all(),
-      (on_off["cached tokens off"] == 0).all())
-
-# %% [markdown]
-# With the cache off every request prefills its whole prompt; with it on, only the first does.
-# (Throughput here is prompt tokens per second of request time, the requests sent one after
-# another.) Both engines skip most of the prefill's tokens, but they do not save the same share of
-# its time. vLLM's CPU attention backend hands only the new tokens' queries to its kernel
-# (`v1/attention/backends/cpu_attn.py`). SGLang's `torch_native` backend, the one this profile
-# uses on CPU, pads the new queries back to the full sequence and runs attention over all of it
-# (`_run_sdpa_forward_extend` in `sglang/srt/layers/attention/torch_native_backend.py`), so a cached
-# prefix still costs its share of attention; only the layers' matrix products shrink. SGLang's GPU
-# backends do not pad: the Triton backend, for one, computes attention for the new tokens only
-# (`forward_extend` in `triton_backend.py`). How much time a cached token saves is a property of
-# the attention kernel, not of the cache.
-#
-# ## The burst with `lpm`
-
-# %%
-lpm = later["sglang lpm"]
+bursts = {"vLLM, fcfs": run_burst(lineup.take("vllm"), warm_tokens, burst_tokens, burst_names),
+          "SGLang, fcfs": run_burst(lineup.take("sglang"), warm_tokens, burst_tokens, burst_names)}
+lpm = lineup.take("sglang lpm")
 print(f"SGLang: schedule_policy={server_info(lpm)['schedule_policy']}")
 bursts["SGLang, lpm"] = run_burst(lpm, warm_tokens, burst_tokens, burst_names)
-stop_all(list(later.values()))
+print(f"shared prefix {len(warm_tokens)} tokens; burst prompts {[len(t) for t in burst_tokens]} tokens; "
+      f"KV budget {kv_tokens} tokens")
+lineup.stop()
 
 # %%
 burst_table = pd.concat([frame.assign(configuration=name) for name, frame in bursts.items()], ignore_index=True)
@@ -654,7 +585,72 @@ print(cached["SGLang, lpm"] >= cached["SGLang, fcfs"])
 # fresh prompts can evict it, and the burst ends sooner. This is the situation cache-aware
 # scheduling is for: a small cache, a queue, and a cached prefix that other work would evict. With
 # a cache large enough for both, or no queue to reorder, the two orders cost the same.
+
+# %% [markdown]
+# ## Caching on and off
 #
+# Each engine can turn its prefix cache off with a flag (vLLM `--no-enable-prefix-caching`,
+# SGLang `--disable-radix-cache`), but a flag means one more server to start. For the prefill the
+# same comparison needs none: the first `off_requests` few-shot requests ran a second time on each
+# server, the cache emptied before each one, so each prefilled its whole prompt, as it would with
+# the cache off; the engine's own report of zero cached tokens below confirms it. The cached run is
+# the few-shot workload above: the same token ids, one request after another.
+
+# %%
+off_runs = {"vllm": vllm_cold, "sglang": sglang_cold}
+on_runs = {"vllm": vllm_hits, "sglang": sglang_hits}
+rows = []
+for engine, label in (("vllm", "vLLM"), ("sglang", "SGLang")):
+    on = on_runs[engine].query("workload == 'few_shot'").iloc[:off_requests]
+    off_requests_run = off_runs[engine]
+    rows.append({"engine": label,
+                 "TTFT on (s, median of requests 2+)": on.ttft_s.iloc[1:].median(),
+                 "TTFT off (s, median of requests 2+)": off_requests_run.ttft_s.iloc[1:].median(),
+                 "tokens/s on": on.prompt_tokens.sum() / on.latency_s.sum(),
+                 "tokens/s off": off_requests_run.prompt_tokens.sum() / off_requests_run.latency_s.sum(),
+                 "cached tokens off": int(off_requests_run.cached_tokens.sum())})
+on_off = pd.DataFrame(rows).set_index("engine")
+on_off["TTFT ratio off/on"] = (on_off["TTFT off (s, median of requests 2+)"]
+                               / on_off["TTFT on (s, median of requests 2+)"])
+on_off["throughput ratio on/off"] = on_off["tokens/s on"] / on_off["tokens/s off"]
+results.save("prefix_on_off", on_off.reset_index(), prof, workload="few_shot", requests=off_requests,
+             kv_tokens=kv_tokens)
+on_off.round(2).T
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+for ax, (engine, label) in zip(axes, (("vllm", "vLLM"), ("sglang", "SGLang")), strict=True):
+    on = on_runs[engine].query("workload == 'few_shot'").iloc[:off_requests]
+    x = np.arange(1, len(on) + 1)
+    ax.plot(x, off_runs[engine].ttft_s, marker="s", linestyle="--", color="grey", label=plots.label("cache off"))
+    ax.plot(x, on.ttft_s, marker="o", color="tab:green", label=plots.label("cache on"))
+    ax.set_xticks(x)
+    plots.axes(f"{label}: {plots.label('few-shot requests, one after another')}", "request",
+               "time to first token (s)" if engine == "vllm" else "", ax=ax)
+    ax.legend(fontsize=8)
+axes[0].set_ylim(bottom=0)  # after both panels are drawn, so the shared axis holds every series
+plt.tight_layout()
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print((on_off["TTFT ratio off/on"] > 1).all(), (on_off["throughput ratio on/off"] > 1).all(),
+      (on_off["cached tokens off"] == 0).all())
+
+# %% [markdown]
+# With the cache emptied every request prefills its whole prompt; with it on, only the first does.
+# (Throughput here is prompt tokens per second of request time, the requests sent one after
+# another.) Both engines skip most of the prefill's tokens, but they do not save the same share of
+# its time. vLLM's CPU attention backend hands only the new tokens' queries to its kernel
+# (`v1/attention/backends/cpu_attn.py`). SGLang's `torch_native` backend, the one this profile
+# uses on CPU, pads the new queries back to the full sequence and runs attention over all of it
+# (`_run_sdpa_forward_extend` in `sglang/srt/layers/attention/torch_native_backend.py`), so a cached
+# prefix still costs its share of attention; only the layers' matrix products shrink. SGLang's GPU
+# backends do not pad: the Triton backend, for one, computes attention for the new tokens only
+# (`forward_extend` in `triton_backend.py`). How much time a cached token saves is a property of
+# the attention kernel, not of the cache.
+
+# %% [markdown]
 # ## The verdict on the articles' advice
 #
 # The source articles end with a selection guide. Its second line reads, in the Spanish version,
@@ -692,7 +688,7 @@ verdict
 #   stops at the last full block of what was cached. The gap is less than one vLLM block per
 #   request, so it matters when the new part of each request is short compared with a block:
 #   with this CPU build's large blocks and prompts of a few hundred tokens it shows; with the
-#   16-token blocks vLLM uses on GPUs it nearly vanishes (the block-size plot, and exercise 1).
+#   16-token blocks that are vLLM's default it nearly vanishes (the block-size plot, and exercise 1).
 #   With a long shared prefix, as in few-shot prompting, both engines reuse almost all of it.
 # - **Eviction.** When the working set does not fit, the unit of eviction decides what survives.
 #   In the loop, vLLM's tail-first freeing kept the beginnings of documents that SGLang's
@@ -747,8 +743,11 @@ print(f"Few-shot, time to first token with the cache off / on: vLLM {on_off.loc[
 #
 # ## Exercises
 #
-# 1. On GPUs vLLM's default block is 16 tokens. Using the token ids of this run and our block
-#    cache, how much of the hit-rate gap to SGLang remains on each workload?
+# 1. vLLM's default block is 16 tokens (`CacheConfig.DEFAULT_BLOCK_SIZE` in `vllm/config/cache.py`);
+#    the CPU platform raises it (`vllm/platforms/cpu.py`), and on a GPU it stays unless the attention
+#    backend prefers another size (`update_block_size_for_backend` in `vllm/platforms/interface.py`).
+#    Using the token ids of this run and our block cache, how much of the hit-rate gap to SGLang
+#    remains on each workload with 16-token blocks?
 # 2. What is the smallest KV budget at which the second round of the cycle workload finds as much
 #    as it would with an unlimited cache, for each engine's cache?
 # 3. In the multi-turn conversation, how many tokens does each turn prefill beyond its own new
@@ -797,6 +796,8 @@ extra = pd.DataFrame({
                                (f"vLLM, block {vllm_built['block_size']}", "block", vllm_built["block_size"]))},
     index=[f"turn {i + 1}" for i in range(len(turns))])
 print(extra)
-print(f"After the first turn SGLang prefills {extra.iloc[1:, 0].mean():.0f} extra token(s) per turn (the last "
-      f"token of the previous prompt), vLLM {extra.iloc[1:, 1].mean():.0f} with 16-token blocks and "
-      f"{extra.iloc[1:, 2].mean():.0f} with {vllm_built['block_size']}-token blocks.")
+print(f"After the first turn SGLang prefills {extra.iloc[1:, 0].mean():.0f} extra token(s) per turn on average "
+      f"(each turn starts with the whole previous prompt, which is cached; the one-token cap applies to the "
+      f"prompt looked up, not to what it reuses), vLLM {extra.iloc[1:, 1].mean():.0f} with 16-token blocks "
+      f"(the previous prompt's partial last block) and {extra.iloc[1:, 2].mean():.0f} with "
+      f"{vllm_built['block_size']}-token blocks.")
