@@ -27,6 +27,7 @@ def test_plan_covers_every_workload_and_sizes_from_the_context_window():
     assert "512" in runs[4].dataset and "256" in runs[3].dataset
     assert len(h.plan(4096, **SIZES)[4].dataset[h.plan(4096, **SIZES)[4].dataset.index("--random-input-len") + 1]) == 4
     assert runs[5].prompts == 6 and len(runs[5].chats) == 6
+    assert [r.prompts for r in runs[:2]] == [4, 8] and h.plan(2048, **SIZES, waves=3)[1].prompts == 12
 
 
 def test_multi_turn_chats_interleave_conversations_turn_by_turn():

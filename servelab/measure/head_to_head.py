@@ -72,12 +72,14 @@ def _positive(name: str, value: int) -> int:
 def plan(max_model_len: int, *, input_tokens: int, concurrencies: Sequence[int], rates: Sequence[float],
          rate_prompts: int, long_fraction: float, long_prompts: int, prefix_fraction: float,
          suffix_tokens: int, prefixes: int, prefix_prompts: int, conversations: int, turns: int,
-         seed: int = 0) -> list[Run]:
+         waves: int = 2, seed: int = 0) -> list[Run]:
     """The runs of the head-to-head: random prompts over concurrency and over request rate, shared
-    prefixes, long prompts and chapter 03's multi-turn conversations (these three at one concurrency)."""
+    prefixes, long prompts and chapter 03's multi-turn conversations (these three at one concurrency).
+    A concurrency level c sends `waves` x c prompts (at least 4)."""
     for name, value in (("input_tokens", input_tokens), ("rate_prompts", rate_prompts),
                         ("long_prompts", long_prompts), ("suffix_tokens", suffix_tokens), ("prefixes", prefixes),
-                        ("prefix_prompts", prefix_prompts), ("conversations", conversations), ("turns", turns)):
+                        ("prefix_prompts", prefix_prompts), ("conversations", conversations), ("turns", turns),
+                        ("waves", waves)):
         _positive(name, value)
     for c in concurrencies:
         _positive("each concurrency", c)
@@ -87,7 +89,7 @@ def plan(max_model_len: int, *, input_tokens: int, concurrencies: Sequence[int],
         raise ValueError(f"long_fraction and prefix_fraction must lie in (0, 1), "
                          f"got {long_fraction}, {prefix_fraction}")
     random = ("--dataset-name", "random", "--random-input-len", str(input_tokens), "--random-range-ratio", "0")
-    runs = [Run(f"random, concurrency {c}", "random", random, max(4, 2 * c), concurrency=c) for c in concurrencies]
+    runs = [Run(f"random, concurrency {c}", "random", random, max(4, waves * c), concurrency=c) for c in concurrencies]
     runs += [Run(f"random, {r:g} req/s", "random", random, rate_prompts, rate=float(r)) for r in rates]
     prefix_tokens = int(prefix_fraction * max_model_len)
     runs.append(Run("shared prefix", "shared_prefix",
