@@ -37,6 +37,8 @@ pressure_prompt_words = 300    # filler words per prompt (the engine reports the
 pressure_overfill = 1.4        # at full length the requests need this many times the budget
 pressure_spread = 0.9          # answers run from (1 - spread) to (1 + spread) times their mean length
 sglang_conservativeness = 0.1  # SGLang's --schedule-conservativeness in its pressure run (its default: 1.0)
+retraction_answer = 48         # answer tokens of each early request in the run that makes SGLang retract
+retraction_lag = 16            # tokens the early requests may have generated before the late one is admitted
 samples = [1, 2, 4, 8]         # parallel sampling: n completions of one prompt
 sample_prompt_tokens = 600     # about this long; set so the two block sizes share different amounts
 sample_output_tokens = 32
@@ -240,7 +242,7 @@ display(Markdown(quote_markdown("attention_kernel_overhead", "default_block_size
 
 # %%
 from servelab.engines.server import Server, running
-from servelab.measure import kv_pressure
+from servelab.measure import kv_pressure, retraction
 from servelab.measure.block_size import (
     comparison_block_size,
     probe_block_size,
@@ -429,15 +431,23 @@ display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegp
 # tokens they have generated, and sends back to the queue the one with the fewest (among equals,
 # the one with the longest prompt), then the next, until the step fits, always keeping one.
 # vLLM sends back the most recently admitted request instead. Both free the evicted request's KV
-# and recompute it later; both keep its prompt's full blocks (vLLM, in its prefix cache) or
-# tokens (SGLang, in its radix tree) findable until they are evicted. After a retraction SGLang
-# raises its ratio to what the remaining requests have shown, so it admits more cautiously. Its
-# counter, `sglang:num_retracted_requests_total`, counts a retraction when it happens.
+# and recompute it later, but they keep different parts of it. vLLM frees the blocks into its
+# free queue with their prefix-cache hashes, so the full blocks of the prompt stay findable until
+# they are reused. SGLang gives back the tokens without inserting them into its radix tree ("don't
+# insert into the tree because we need the space instantly", `release_req` and
+# `release_kv_cache(..., checkpoint=False)` in `sglang/srt/mem_cache/common.py`) and evicts a
+# further 20 tokens per remaining request from the tree (`SGLANG_RETRACT_DECODE_STEPS`); only the
+# part of the prompt that was already in the tree when the request was admitted is found again.
+# After a retraction SGLang sets its ratio to the tokens the remaining requests have generated,
+# plus 20 each, over their `max_tokens` (`estimate_new_token_ratio_after_retract`), so it admits
+# more cautiously. Its counter, `sglang:num_retracted_requests_total`, counts a retraction when it
+# happens, and its log says `KV cache pool is full. Retract requests.`
 
 # %%
 with running("sglang", prof, kv_cache_tokens=kv_tokens, schedule_conservativeness=sglang_conservativeness) as sg:
     sglang_tokens = engine_capacity(sg)["tokens"]
     sglang_run = kv_pressure.run_pressure(sg, prompts, answer_tokens)
+    forced = retraction.force(sg, sglang_conservativeness, seed=seed, answer=retraction_answer, lag=retraction_lag)
 for part in ("requests", "tokens", "timeline"):
     results.save(f"kv_pressure_sglang_{part}", getattr(sglang_run, part), prof, kv_tokens=kv_tokens,
                  schedule_conservativeness=sglang_conservativeness)
@@ -483,7 +493,8 @@ plt.show()
 #
 # Whether SGLang retracted at all is its value in the eviction rows. Where that is 0, this run did
 # not make SGLang retract, and the SGLang half of the check below is then trivially true (0 is
-# not more than 0); only vLLM's half tests anything.
+# not more than 0); only vLLM's half tests anything. The next section makes SGLang retract on
+# purpose.
 #
 # The check below compares the evictions seen in the streams with each engine's own count: the
 # streams can miss an eviction (a request evicted before its first token shows no pause) but must
@@ -493,6 +504,74 @@ plt.show()
 # NBVAL_CHECK_OUTPUT
 seen, counted = engines.loc["evictions seen in the streams (pauses)"], engines.loc["evictions counted by the engine"]
 print((seen <= counted).all(), (engines.loc["answers of full length"] == pressure_requests).all())
+
+# %% [markdown]
+# ### Making SGLang retract
+#
+# SGLang's admission rule says when it can run out: requests admitted in one prefill batch each
+# reserve their whole answer, so they cannot overcommit one another, but a request that arrives
+# while others decode sees their remaining answers only at the ratio, here at most
+# 0.7 x `sglang_conservativeness`. So the same server, still running with the same budget, was
+# sent two waves (`servelab.measure.retraction.plan`): first a few requests whose prompts and
+# answers together just fill the pool, then, once each of them had its first token, one late
+# request as long as fits beside them when their answers count at the ratio. It is admitted, and
+# the pool now holds less than the early requests are about to write. The plan sizes the late
+# request for any delay of up to `retraction_lag` generated tokens before its admission, and gives
+# every answer enough tokens that all requests still run when the free tokens run out. The lengths
+# are tokens, exact on this model's tokenizer; the prompts share the chat template's beginning,
+# which the radix tree stores once, and the plan counts it once too.
+
+# %%
+plan = forced.plan
+forced_pauses = kv_pressure.pauses(forced.run.tokens)
+for part in ("requests", "tokens", "timeline", "events"):
+    data = forced.events if part == "events" else getattr(forced.run, part)
+    results.save(f"kv_retraction_sglang_{part}", data, prof, kv_tokens=kv_tokens,
+                 schedule_conservativeness=sglang_conservativeness, answer=retraction_answer, lag=retraction_lag)
+first_event = forced.events.iloc[0] if len(forced.events) else None
+pd.Series({
+    "SGLang's pool (tokens)": plan.capacity,
+    "prompt tokens every prompt shares (stored once)": plan.shared,
+    "early requests: prompt + answer tokens, each": f"{plan.first_prompt} + {plan.first_answer}",
+    "early requests: how many": plan.first_requests,
+    "late request: prompt + answer tokens": f"{plan.second_prompt} + {plan.second_answer}",
+    "early answers still to come, as SGLang counts them (at most)": plan.reserved_at_ratio,
+    "early answers still to come, at full length (at most)": plan.first_requests * plan.first_answer,
+    "requests retracted (sglang:num_retracted_requests)": forced.counted,
+    "requests retracted (its log)": forced.logged,
+    "retractions seen in the streams (pauses)": len(forced_pauses),
+    "requests paused": ", ".join(str(r) for r in sorted(forced_pauses.req.unique())) or "none",
+    "new_token_ratio before -> after the first retraction":
+        f"{first_event.ratio_before} -> {first_event.ratio_after}" if first_event is not None else "no retraction",
+    "answers of full length": f"{int((forced.run.requests.completion_tokens == forced.run.requests.max_tokens).sum())}"
+                              f" of {len(forced.run.requests)}",
+})
+
+# %%
+fig = plot_pressure(forced.run, forced_pauses, "SGLang, two waves: the late request takes the early ones' room")
+plt.show()
+plot_request_lanes(forced.run, forced_pauses, "Each request of the two waves (the last one came late)")
+plt.show()
+
+# %% [markdown]
+# The pool fills with the early prompts, the late request is admitted beside them, and a few
+# decode steps later a step no longer fits: SGLang retracts. Its victim is the request with the
+# fewest generated tokens, the late one (the last lane), which waits until early requests finish
+# and then recomputes its prompt and the tokens it had generated. Its log line also shows the
+# ratio jump from its decayed starting value to the estimate from the remaining requests, so the
+# next admissions are cautious. Had the late request arrived together with the others, it would
+# have been refused until one of them finished, and nothing would have been retracted: SGLang's
+# retraction is the price of counting running requests' answers at less than their full length,
+# which lets it run more requests at once when answers end early, as real ones often do.
+#
+# The check below asks that SGLang retracted at least once, that its counter and its log agree,
+# that the streams saw no more retractions than it counted, and that every answer still arrived in
+# full.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+full = (forced.run.requests.completion_tokens == forced.run.requests.max_tokens).all()
+print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <= forced.counted, full)
 
 # %% [markdown]
 # ## Block size on the engine

@@ -109,3 +109,12 @@ def test_peak_blocks_is_the_smallest_pool_the_simulator_never_preempts_in() -> N
     peak = kp.peak_blocks(prompts, outputs, 128)
     assert kp.simulated_pressure(prompts, outputs, block_size=128, blocks=peak, max_len=2048)["preemptions"] == 0
     assert kp.simulated_pressure(prompts, outputs, block_size=128, blocks=peak - 1, max_len=2048)["preemptions"] > 0
+
+
+def test_waves_must_be_one_non_negative_integer_per_prompt() -> None:
+    class _Engine:  # refused before anything is sent, so no server is needed
+        engine, url = "sglang", "http://127.0.0.1:9"
+
+    for waves in ([0], [0, -1], [0, 1.0]):
+        with pytest.raises(ValueError, match="waves must be one integer >= 0 per prompt"):
+            kp.run_pressure(_Engine(), ["a", "b"], [4, 4], waves=waves)

@@ -114,9 +114,12 @@ class PressureRun:
 
 
 async def _stream(client: AsyncOpenAI, model: str, i: int, prompt: str, t0: float, max_tokens: int,
-                  extra: dict) -> tuple[dict, list[float]]:
+                  extra: dict, after: asyncio.Event | None = None,
+                  first: asyncio.Event | None = None) -> tuple[dict, list[float]]:
     times: list[float] = []
     usage = None
+    if after is not None:
+        await after.wait()
     sent = time.perf_counter() - t0
     stream = await client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
@@ -124,24 +127,42 @@ async def _stream(client: AsyncOpenAI, model: str, i: int, prompt: str, t0: floa
     async for chunk in stream:
         if any(c.delta.content for c in chunk.choices):
             times.append(time.perf_counter() - t0)
+            if first is not None:
+                first.set()
         usage = chunk.usage or usage
     return {"req": i, "sent_s": sent, "max_tokens": max_tokens, "prompt_tokens": usage.prompt_tokens if usage else 0,
             "completion_tokens": usage.completion_tokens if usage else 0}, times
 
 
-async def _all(server: Server, prompts: Sequence[str], max_tokens: Sequence[int], t0: float) -> list:
+async def _all(server: Server, prompts: Sequence[str], max_tokens: Sequence[int], waves: Sequence[int],
+               t0: float) -> list:
     client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
+    firsts = [asyncio.Event() for _ in prompts]
+    gates = {w: asyncio.Event() for w in set(waves)}
+
+    async def open_gates() -> None:  # wave w goes out once every request of wave w - 1 has its first token
+        for w in sorted(gates):
+            await asyncio.gather(*(firsts[i].wait() for i, v in enumerate(waves) if v < w))
+            gates[w].set()
+
     try:
         await _stream(client, server.served_model, -1, "Hello", t0, 1, {})  # warm the client and the server
-        return await asyncio.gather(*(_stream(client, server.served_model, i, p, t0, n, {"min_tokens": n})
-                                      for i, (p, n) in enumerate(zip(prompts, max_tokens, strict=True))))
+        opener = asyncio.ensure_future(open_gates())
+        answers = await asyncio.gather(*(
+            _stream(client, server.served_model, i, p, t0, n, {"min_tokens": n}, gates[w], firsts[i])
+            for i, (p, n, w) in enumerate(zip(prompts, max_tokens, waves, strict=True))))
+        await opener
+        return answers
     finally:
         await client.close()
 
 
 def run_pressure(server: Server, prompts: Sequence[str], max_tokens: Sequence[int],
-                 every_s: float = 0.25) -> PressureRun:
+                 every_s: float = 0.25, waves: Sequence[int] | None = None) -> PressureRun:
     """Send all `prompts` at once, greedy, answer `i` exactly `max_tokens[i]` long; gauges every `every_s` s.
+
+    `waves` (one integer per prompt, default all 0) staggers them: the requests of wave `w` are sent
+    once every request of an earlier wave has received its first token (is running).
 
     The length is forced with `min_tokens` (end-of-sequence is refused until then), not `ignore_eos`:
     SGLang reserves the whole answer at admission for `ignore_eos` requests (their length is known),
@@ -151,10 +172,13 @@ def run_pressure(server: Server, prompts: Sequence[str], max_tokens: Sequence[in
     names = GAUGES[server.engine]
     if len(max_tokens) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(max_tokens)} answer lengths; give one length per prompt")
+    waves = [0] * len(prompts) if waves is None else list(waves)
+    if len(waves) != len(prompts) or any(not isinstance(w, int) or w < 0 for w in waves):
+        raise ValueError(f"waves must be one integer >= 0 per prompt ({len(prompts)} prompts), got {waves!r}")
     t0 = time.perf_counter()  # the Sampler's clock starts a few milliseconds later, in its thread
     counters = [names[c] for c in COUNTERS]
     with _Sampler(server.url, list(names.values()), counters, every_s) as sampler:
-        coro = _all(server, prompts, max_tokens, t0)
+        coro = _all(server, prompts, max_tokens, waves, t0)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:  # works inside Jupyter's running loop too
             answers = pool.submit(asyncio.run, coro).result()
     zero = min(row["sent_s"] for row, _ in answers)  # times from the moment the requests were sent
@@ -163,8 +187,8 @@ def run_pressure(server: Server, prompts: Sequence[str], max_tokens: Sequence[in
     rows, tokens = [], []
     for row, times in answers:
         times = [t - zero for t in times]
-        rows.append({**row, "sent_s": row["sent_s"] - zero, "first_token_s": times[0] if times else np.nan,
-                     "finish_s": times[-1] if times else np.nan})
+        rows.append({**row, "wave": waves[row["req"]], "sent_s": row["sent_s"] - zero,
+                     "first_token_s": times[0] if times else np.nan, "finish_s": times[-1] if times else np.nan})
         tokens += [{"req": row["req"], "t_s": t} for t in times]
     return PressureRun(server.engine, pd.DataFrame(rows), pd.DataFrame(tokens), timeline)
 
