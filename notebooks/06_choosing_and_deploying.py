@@ -208,14 +208,14 @@ for engine in engines:
 # requests: whether throughput grows with the requests in flight, whether TTFT climbs with load
 # (the ledger's `concurrency-raises-ttft`), whether a shared prefix or a re-sent conversation gets
 # cheaper, and how each engine ranks within this run. They cannot tell how fast either engine is
-# on a GPU. Here a small model runs in float32 on CPU cores that the benchmark client shares; the
-# engines use their CPU attention back ends (`torch_native` for SGLang), without CUDA graphs, and
-# each forward pass is bound by CPU arithmetic, not by memory bandwidth as decoding is on a GPU. On
-# a GPU the CUDA kernels, CUDA graphs and overlap schedulers that decide the ranking are in play,
-# and none of them is measured here; the per-request overhead of the Python front ends weighs far
-# more in these small steps than on a GPU. So the ratios above are this machine's, for this model,
-# at these versions; the way to rank the engines for a deployment is to run this notebook with a
-# GPU profile, where the same cells measure them on the GPU.
+# on a GPU. Here a small model runs in float32 on two CPU cores that the benchmark client shares
+# with the server, and the engines use their CPU attention back ends (`torch_native` for SGLang).
+# On a GPU the CUDA kernels, CUDA graphs and overlap schedulers that decide the ranking are in play,
+# and none of them is measured here. The engines' Python front ends (HTTP, tokenization, streaming)
+# cost a roughly fixed time per request and per token, whose share of a step is different on a GPU,
+# where a step of the same model is much shorter. So the ratios above are this machine's, for this
+# model, at these versions; the way to rank the engines for a deployment is to run this notebook
+# with a GPU profile, where the same cells measure them on the GPU.
 #
 # ## Deployment recipes
 #
