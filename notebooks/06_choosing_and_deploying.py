@@ -79,8 +79,10 @@ pd.set_option("display.max_colwidth", 120)
 # `servelab/engines/engine_side/vllm_bench_runs.py` reads the same lines with `json`; that is the one
 # change to the client, and it runs every run of both engines in one process with vLLM's `main`.
 #
-# The table lists every run. Each engine serves with the profile's settings (the same model, data
-# type and KV budget in tokens for both) and its own defaults otherwise, prefix caching included.
+# The table lists every run. Each engine serves with the profile's settings, the same for both: the
+# model, the data type and the KV budget in tokens where the profile sets one (a profile without one
+# passes its memory share instead, which the two engines read differently, as the recipes section
+# below shows). Everything else is each engine's default, prefix caching included.
 
 # %%
 runs = h2h.plan(prof.max_model_len, input_tokens=input_tokens, concurrencies=concurrencies, waves=waves, rates=rates,
