@@ -625,10 +625,11 @@ for ax, (engine, label) in zip(axes, (("vllm", "vLLM"), ("sglang", "SGLang")), s
     ax.plot(x, off_runs[engine].ttft_s, marker="s", linestyle="--", color="grey", label=plots.label("cache off"))
     ax.plot(x, on.ttft_s, marker="o", color="tab:green", label=plots.label("cache on"))
     ax.set_xticks(x)
-    plots.axes(f"{label}: {plots.label('few-shot requests, one after another')}", "request",
-               "time to first token (s)" if engine == "vllm" else "", ax=ax)
+    plots.axes("few-shot requests, one after another", "request", "time to first token (s)", ax=ax)
+    ax.set_title(f"{label}: {ax.get_title()}")
     ax.legend(fontsize=8)
 axes[0].set_ylim(bottom=0)  # after both panels are drawn, so the shared axis holds every series
+axes[1].set_ylabel("")
 plt.tight_layout()
 plt.show()
 
@@ -694,9 +695,11 @@ verdict
 #   In the loop, vLLM's tail-first freeing kept the beginnings of documents that SGLang's
 #   whole-leaf eviction dropped, so here the block cache found more.
 # - **Scheduling.** Under a small cache and a queue, the order of prefills decided more than the
-#   granularity: with the default first-come-first-served order both engines lost the shared
-#   prefix in the burst; SGLang kept it with `lpm`, an option that is off by default and that falls
-#   back to first come, first served when the queue is long.
+#   granularity: with the default first-come-first-served order both engines evicted the shared
+#   prefix in the burst and prefilled it again for every reusing request scheduled in the same
+#   step as the first (how many that is varies with the step, so vLLM's and SGLang's fcfs rows
+#   differ); SGLang kept it with `lpm`, an option that is off by default and that falls back to
+#   first come, first served when the queue is long.
 # - **Time.** How much time a cached token saves depends on the attention kernel: on this CPU
 #   profile a vLLM hit saved more time than an SGLang hit of the same size.
 #
