@@ -92,14 +92,16 @@ print("Paris" in answers["vLLM"][0].text)
 # implementation it resolved its arguments to.
 
 # %%
+from servelab.measure import frontend_cache
 from servelab.measure.kv_capacity import server_info
-from servelab.measure.setup_check import frontend_programs_with_cache
 
 with running("sglang", prof) as sglang:
     answers["SGLang"] = greedy_tokens(sglang, questions)
     runs.append(what_ran("SGLang", sglang))
-    frontend, frontend_cached = frontend_programs_with_cache(prof, sglang.url)
     sglang_args = server_info(sglang)
+    frontend_run = frontend_cache.run(sglang)
+    frontend_requests = frontend_cache.to_requests(sglang, frontend_run.requests)
+frontend = frontend_run.outputs
 print(answers["SGLang"][0].text)
 print({key: sglang_args[key] for key in ("device", "attention_backend", "sampling_backend")})
 
@@ -263,7 +265,7 @@ by_dtype.table
 
 # %%
 flipped = by_dtype.table[~by_dtype.table["same tokens"]]
-largest_flip = flipped["margin (nats)"].max() if len(flipped) else None
+largest_flip = round(float(flipped["margin (nats)"].max()), 4) if len(flipped) else None
 kept_close = sum(1 for m, same in zip(smallest_margins(answers["vLLM"]), by_dtype.table["same tokens"], strict=True)
                  if same and m is not None and largest_flip is not None and m <= largest_flip)
 print({"answers changed": len(flipped), "largest margin at a flip (nats)": largest_flip,
@@ -294,16 +296,45 @@ pd.Series(frontend)
 # %% [markdown]
 # The branches of the `fork` share everything up to the fork point, and the follow-up program
 # starts with the same conversation as the first one. SGLang's radix cache keeps a prefix it
-# has seen, so those tokens are not computed again: while the three programs ran, the server's
-# counter of prompt tokens served from its cache (`sglang:cached_tokens`) grew by the number below.
-# It counts every prompt token of every request the programs sent that matched a cached prefix:
-# the follow-up program's opening, which repeats the first program's system prompt and question;
-# the fork branches' shared conversation; and the prompt that the `select` program's choices share
-# (`pick_one` scores each choice after the same question). It is a total read from the server,
-# not compared here with an expectation.
+# has seen, so those tokens are not computed again. Before the programs ran, the cell that ran
+# them emptied the cache (`/flush_cache`); while they ran, the server's counter of prompt tokens
+# served from its cache (`sglang:cached_tokens`) grew by the number printed below. It counts
+# every prompt token of every request the programs sent that matched a cached prefix: the
+# follow-up program's opening, which repeats the first program's system prompt and question; the
+# fork branches' shared conversation; and the prompt that the `select` program's choices share
+# (`pick_one` scores each choice after the same question).
+#
+# That number can be predicted from the requests alone. The programs recorded every request
+# they sent; the server's tokenizer turns each into token ids, and our own radix tree
+# (`servelab/sim/prefix_cache/radix_tree.py`) replays them with SGLang's rules, in pages of the
+# `page_size` the server reports: a request finds at most all but its last prompt token in the
+# cache (at most `logprob_start_len` tokens when it asks for the prompt's log-probabilities, as a
+# `select` does), and a finished request leaves its prompt and its generated tokens in the tree:
+# all of them where SGLang schedules with overlap, as printed below, since it then prepares the
+# next decode step, which stores the newest token, before it learns that the request has finished;
+# all but the last without overlap (`servelab.measure.frontend_cache` cites the source). The
+# frontend sends a program's requests from a background thread and lets the caller go on, so
+# requests overlap in time: the first program's request and the second program's opening one
+# (the same prompt), the fork's two branches, the two choices of the `select`. Requests in flight
+# together can be scheduled in one batch or one after the other, so
+# for them the prediction is a range: none sees the others' prompts (low), or each sees the
+# prompts sent before it (high). The table lists every request in the order sent, numbered by the
+# group of requests in flight together, with what the server reported for it.
 
 # %%
-print(frontend_cached)
+overlap = not sglang_args["disable_overlap_schedule"]
+frontend_replay = frontend_cache.predict(frontend_requests, page_size=int(sglang_args["page_size"]), keeps_last=overlap)
+results.save("frontend_cache_replay", frontend_replay, prof, counted=frontend_run.cached)
+print({"page size (tokens)": int(sglang_args["page_size"]), "overlap scheduling": overlap,
+       "sglang:cached_tokens grew by": frontend_run.cached,
+       "predicted: low": int(frontend_replay["low"].sum()), "predicted: high": int(frontend_replay["high"].sum())})
+frontend_replay
+
+# %%
+# NBVAL_CHECK_OUTPUT
+within = frontend_replay["low"].sum() <= frontend_run.cached <= frontend_replay["high"].sum()
+each = frontend_replay["reported"].between(frontend_replay["low"], frontend_replay["high"]).all()
+print(bool(within), bool(each))
 
 # %% [markdown]
 # ## The articles' speculative `sgl.Runtime(...)`, today

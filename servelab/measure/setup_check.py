@@ -16,7 +16,6 @@ import pandas as pd
 from servelab.engines import flags
 from servelab.engines.client import Endpoint, chat_response, run_load
 from servelab.engines.engine_side import script
-from servelab.engines.metrics import scrape
 from servelab.engines.server import Server
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
@@ -253,13 +252,6 @@ def run_frontend_programs(profile: Profile, server_url: str) -> dict[str, str]:
     """Run the frontend programs against a live SGLang server, inside SGLang's venv; each generated variable."""
     python = engine_envs.get(profile.sglang_env).require().python
     return engine_envs.run_script(python, script("sgl_agent.py"), server_url)
-
-
-def frontend_programs_with_cache(profile: Profile, server_url: str) -> tuple[dict[str, str], int]:
-    """`run_frontend_programs`, and how many prompt tokens SGLang served from its cache meanwhile."""
-    before = scrape(server_url).value("sglang:cached_tokens")
-    outputs = run_frontend_programs(profile, server_url)
-    return outputs, int(scrape(server_url).value("sglang:cached_tokens") - before)
 
 
 def articles_speculative_runtime(profile: Profile) -> dict[str, object]:

@@ -1,17 +1,46 @@
 """The source articles' SGLang frontend program, run against a live SGLang server.
 
 Runs inside the SGLang venv (the frontend language needs the sglang package) and imports nothing
-from servelab. Prints one JSON object with each generated variable.
+from servelab. Prints one JSON object with each generated variable and, under "requests", every
+/generate request the frontend sent: its JSON body, the server's answer, and when it was sent and
+answered (seconds on this process's clock), in the order sent.
 
 Usage: python sgl_agent.py SERVER_URL
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
+import threading
+import time
 
 import sglang as sgl
+import sglang.lang.backend.runtime_endpoint as runtime_endpoint
+
+REQUESTS: list[dict] = []
+_ORDER = itertools.count()
+_LOCK = threading.Lock()
+
+
+def _recorded(http_request):
+    """runtime_endpoint's http_request, recording every /generate call (the fork's branches run in threads)."""
+
+    def call(url, json=None, **kwargs):
+        with _LOCK:
+            order, sent = next(_ORDER), time.perf_counter()
+        response = http_request(url, json=json, **kwargs)
+        if url.endswith("/generate") and json is not None:
+            with _LOCK:
+                REQUESTS.append({"order": order, "sent_s": sent, "answered_s": time.perf_counter(),
+                                 "body": json, "answer": response.json()})
+        return response
+
+    return call
+
+
+runtime_endpoint.http_request = _recorded(runtime_endpoint.http_request)
 
 # --- programs (notebook 00 prints this part) ---
 
@@ -55,7 +84,8 @@ def main(url: str) -> dict:
     forked = follow_ups.run(system_prompt=system, user_query="What is the capital of France?",
                             questions=["Name one famous landmark there.", "What language is spoken there?"])
     picked = pick_one.run(question="Is Paris in France? Answer yes or no.", choices=["yes", "no"])
-    return {"multi_turn_agent": agent["response"], "fork": forked["answers"], "select": picked["choice"]}
+    return {"multi_turn_agent": agent["response"], "fork": forked["answers"], "select": picked["choice"],
+            "requests": sorted(REQUESTS, key=lambda r: r["order"])}
 
 
 if __name__ == "__main__":
