@@ -84,6 +84,7 @@ class Step:
     tokens: np.ndarray  # (N, k + 1), -1 after the emitted ones
     emitted: np.ndarray  # (N,) in 1..k+1
     accepted: np.ndarray  # (N,) accepted draft tokens, in 0..k
+    drafted: np.ndarray | None = None  # (N, k) the draft's proposals
 
 
 def speculative_step(target: np.ndarray, draft: np.ndarray, context: np.ndarray, k: int,
@@ -116,7 +117,7 @@ def speculative_step(target: np.ndarray, draft: np.ndarray, context: np.ndarray,
     keep = np.arange(k)[None, :] < n_accepted[:, None]
     tokens[:, :k][keep] = drafted[keep]
     tokens[rows, n_accepted] = last
-    return Step(tokens=tokens, emitted=n_accepted + 1, accepted=n_accepted)
+    return Step(tokens=tokens, emitted=n_accepted + 1, accepted=n_accepted, drafted=drafted)
 
 
 def generate(target: np.ndarray, draft: np.ndarray, k: int, n_sequences: int, length: int, *,

@@ -94,16 +94,21 @@ def optimal_k(alpha: float, c: float, k_max: int = 16, verify_cost: VerifyCost |
     return next(k for k, f in enumerate(factors) if f >= best * (1 - 1e-12))
 
 
-def verify_cost_from_times(seconds_by_tokens: Mapping[int, float]) -> VerifyCost:
+def verify_cost_from_times(seconds_by_tokens: Mapping[int, float], *, monotone: bool = False) -> VerifyCost:
     """``v(n)`` from measured forward times over n tokens, relative to n = 1, linear in between.
 
     ``seconds_by_tokens`` must include n = 1; asking for an n beyond the largest measured one is an
-    error (no extrapolation).
+    error (no extrapolation). With ``monotone``, each time is first raised to the largest time of any
+    smaller pass (a cumulative maximum): a pass over more tokens never counts as cheaper than one over
+    fewer, so a dip in the measurements cannot make ``v`` fall below 1.
     """
     if 1 not in seconds_by_tokens or any(t <= 0 for t in seconds_by_tokens.values()):
         raise ValueError(f"need positive times including n = 1 token, got {dict(seconds_by_tokens)!r}")
     ns = np.array(sorted(seconds_by_tokens), dtype=float)
-    rel = np.array([seconds_by_tokens[int(n)] for n in ns]) / seconds_by_tokens[1]
+    times = np.array([seconds_by_tokens[int(n)] for n in ns])
+    if monotone:
+        times = np.maximum.accumulate(times)
+    rel = times / times[0]
 
     def cost(n: int) -> float:
         if not ns[0] <= n <= ns[-1]:
