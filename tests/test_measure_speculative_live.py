@@ -22,7 +22,7 @@ from servelab.engines.metrics import Metrics
 from servelab.machine import profiles
 from servelab.measure import speculative_live as live
 from servelab.measure import speculative_setups as setups
-from servelab.measure.speculative import llama_parameters
+from servelab.measure.speculative import SpecDecodeCounts, llama_parameters
 from servelab.sim.speculative import expected_tokens, softmax, speculative_step, speedup
 
 # ---------------------------------------------------------------------------------------------- replay
@@ -74,6 +74,19 @@ def test_replay_equals_greedy_speculative_decoding_from_scratch(seed):
     replayed = live.greedy_verifications(matches, k)
     assert replayed[:-1] == accepted[:len(replayed) - 1]  # the last may be cut by the answer's end
     assert all(np.argmax(target[a]) == b for a, b in zip(answer, answer[1:], strict=False))
+
+
+def test_counts_agree_within_one_verification_per_answer():
+    engine = SpecDecodeCounts(10.0, 40.0, 12.0, [6.0, 3.0, 2.0, 1.0])
+    assert live.counts_agree(engine, SpecDecodeCounts(9.0, 36.0, 11.0, [5.0, 3.0, 2.0, 1.0]), answers=1)
+    assert not live.counts_agree(engine, SpecDecodeCounts(8.0, 32.0, 12.0, [6.0, 3.0, 2.0, 1.0]), answers=1)
+    assert live.counts_agree(engine, SpecDecodeCounts(8.0, 32.0, 12.0, [6.0, 3.0, 2.0, 1.0]), answers=2)
+    assert not live.counts_agree(engine, SpecDecodeCounts(10.0, 30.0, 9.0, [6.0, 3.0, 0.0]), answers=4)  # other k
+
+
+def test_pair_counts_share_one_set_of_cells():
+    a, b = live.pair_counts([(1, 2), (1, 2), (3, 4)], [(3, 4), (5, 6)])
+    assert a.tolist() == [2, 1, 0] and b.tolist() == [0, 1, 1]
 
 
 def test_depth_sweep_table():
@@ -204,6 +217,13 @@ def test_speculative_configs_and_bad_values():
         setups.draft_model("/m", 0)
 
 
+def test_profile_draft_configs_and_vocab_sizes():
+    gpu = setups.profile_draft_config("gpu-24g")
+    assert gpu["use_heterogeneous_vocab"] is True and gpu["model"] == setups.QWEN_05B
+    assert setups.VOCAB_SIZES[setups.QWEN_05B] % 128 == 0 and setups.VOCAB_SIZES[setups.QWEN_72B] % 256 == 0
+    assert setups.VOCAB_SIZES[setups.QWEN_05B] < setups.VOCAB_SIZES[setups.QWEN_7B] == setups.VOCAB_SIZES[setups.QWEN_72B]
+
+
 def test_gpu_runs_only_where_there_is_a_gpu():
     assert setups.gpu_runs(profiles.load("cpu")) == []
     runs = setups.gpu_runs(profiles.load("gpu-24g"))
@@ -264,6 +284,25 @@ def test_sglang_fills_in_steps_top_k_and_draft_tokens(require_engine, cpu):
     assert by_arch.loc["cpu", "architecture"] == "LlamaForCausalLM" and by_arch.loc["cpu", "top-k"] > 1
     assert by_arch.loc["qwen", "top-k"] == 1
     assert all(v != "registered" for v in result.cpu_ops.values()), result.cpu_ops  # why it is GPU-only here
+    assert (table.device == "cuda").all() and (ngram["top-k"] == ngram["n-gram BFS breadth"]).all()
+    assert (table["accept threshold single"] == 1.0).all() and (table["accept threshold acc"] == 1.0).all()
+
+
+@pytest.mark.engine_venv
+def test_the_articles_standalone_call_fails_and_vllm_defaults_are_read(require_engine, cpu):
+    require_engine("sglang")
+    require_engine("vllm")
+    from servelab.machine import models
+
+    table = setups.sglang_defaults({"cpu": models.resolve(cpu.model).source}, algorithms=("STANDALONE",),
+                                   articles_call_on="cpu").table
+    assert len(table) == 2 and table.error.iloc[0] == ""
+    assert table.error.iloc[1].startswith("AssertionError") and "speculative_hook.py" in table.error.iloc[1]
+    defaults = setups.vllm_spec_defaults()
+    assert defaults["field defaults"]["draft_sample_method"] == "greedy"
+    assert defaults["field defaults"]["rejection_sample_method"] == "standard"
+    resolved = defaults["ngram, k = 4, nothing else given"]
+    assert resolved["prompt_lookup_min"] == resolved["prompt_lookup_max"] >= 1
 
 
 @pytest.mark.engine_venv
@@ -312,8 +351,9 @@ def test_engine_timed_measurements_on_an_ngram_server(ngram_server):
     assert (costs.prefix_tokens == 2 * block).all() and (costs.seconds > 0).all()
 
     tasks = {name: setups.TASKS[name] for name in ("extract quotes", setups.CONTROL)}
-    got = live.answer_tasks(ngram_server, tasks, 24)
-    assert list(got.table.task) == list(tasks) and (got.table.tokens > 1).all()
+    live.warm_up(ngram_server)
+    got = live.answer_tasks(ngram_server, tasks, 24, repeats=2)
+    assert list(got.table.task) == list(tasks) and (got.table.tokens > 1).all() and (got.table.repeats == 2).all()
     assert (got.table["decode tokens/s"] > 0).all()
     assert [len(g) for g in got.generated] == list(got.table.tokens)
     assert all(len(p) > 20 for p in got.prompts)  # the chat template was applied around the task
@@ -321,6 +361,11 @@ def test_engine_timed_measurements_on_an_ngram_server(ngram_server):
     assert quotes.drafts > 0 and 0 < quotes["acceptance rate"] <= 1
     assert got.counts.k == 3 and got.counts.drafts == got.table.drafts.sum()
 
-    waves = live.sweep(ngram_server, [setups.TASKS["edit code"]], [1, 3], 8)
-    assert list(waves.concurrency) == [1, 3] and list(waves.requests) == [1, 3]
+    waves = live.sweep(ngram_server, [setups.TASKS["edit code"]], [1, 3], 8, repeats=2)
+    assert list(waves.concurrency) == [1, 3] and list(waves.requests) == [1, 3] and (waves.waves == 2).all()
+    assert (waves["slowest / fastest wave"] >= 1).all()
+    assert (waves.drafts * waves["tokens per verification"] >= 2 * waves.requests * 7).all()  # both waves counted
+
+    pairs = live.sampled_pairs(ngram_server, list(range(2000, 2040)) * 2, 30)
+    assert len(pairs) == 30 and all(len(p) == 2 for p in pairs) and len(set(pairs)) > 1
     assert (waves["decode tokens/s per request"] > 0).all() and (waves["tokens per verification"] >= 1).all()

@@ -12,8 +12,10 @@ histograms), so the HTTP round trip does not enter:
 * :func:`answer_tasks`: greedy answers, one request at a time, with token ids, each position's
   candidates, the decode time (``vllm:request_decode_time_seconds``: first to last token) and, on
   a speculative server, the spec-decode counters of that answer.
-* :func:`sweep`: waves of b requests at once (b = 1, 2, 4, ...), each forced to the same length, and
-  the mean decode rate per request.
+* :func:`sweep`: repeated waves of b requests at once (b = 1, 4, 16, ...), each forced to the same
+  length, and the median over the waves of the mean decode rate per request.
+* :func:`sampled_pairs`: tokens sampled at temperature 1 with the engine's ``n``, to compare the
+  distribution of a speculative server's output with a plain one's (:func:`pair_counts`).
 
 Drafts cut from the model (:func:`draft_source`) and, without starting an engine, how every depth
 of cut would have fared on the answers the engine gave (:func:`depth_sweep`): one transformers pass
@@ -41,7 +43,7 @@ from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
 from servelab.measure.chunked_prefill import prompt_ids
 from servelab.measure.setup_check import CANDIDATES, Answer, answer_from_choice
-from servelab.measure.speculative import ACCEPTED_PER_POS, SpecDecodeCounts, spec_decode_counts
+from servelab.measure.speculative import ACCEPTED_PER_POS, DRAFTS, SpecDecodeCounts, spec_decode_counts
 from servelab.sim.speculative.acceptance import iid_alpha
 
 PREFILL = "vllm:request_prefill_time_seconds"
@@ -112,29 +114,71 @@ class TaskAnswers:
     answers: list[Answer]  # greedy answers with each position's candidates
     prompts: list[list[int]]  # the prompts' token ids, chat template applied (as the engine saw them)
     generated: list[list[int]]  # every generated id, the stop token included
-    counts: SpecDecodeCounts | None  # vLLM's counters over all the answers (None without speculation)
+    counts: SpecDecodeCounts | None  # vLLM's counters over the answers, repeats left out (None without speculation)
 
 
-def answer_tasks(server: Endpoint, tasks: Mapping[str, str], max_tokens: int) -> TaskAnswers:
-    """Each task's greedy answer, one request at a time, timed and counted by the engine."""
-    rows, answers, prompts, generated = [], [], [], []
-    first = scrape(server.url)
+def warm_up(server: Endpoint, max_tokens: int = 8) -> None:
+    """One short request, untimed: the first request a server answers pays for work done once."""
+    chat_response(server, "Say hello.", max_tokens=max_tokens)
+
+
+def answer_tasks(server: Endpoint, tasks: Mapping[str, str], max_tokens: int, *, repeats: int = 1) -> TaskAnswers:
+    """Each task's greedy answer, one request at a time, timed and counted by the engine.
+
+    With ``repeats`` > 1 every task is answered that many times in a row and its decode rate is the
+    median of the repeats (greedy: the same tokens each time); answers and counters are the first's.
+    """
+    rows, answers, prompts, generated, per_task = [], [], [], [], []
     for name, prompt in tasks.items():
         before = scrape(server.url)
         response = chat_response(server, prompt, max_tokens=max_tokens, logprobs=True, top_logprobs=CANDIDATES,
                                  extra_body={"return_token_ids": True}).model_dump()
         after = scrape(server.url)
+        if after.samples.get(f"{ACCEPTED_PER_POS}_total") and delta(before, after, DRAFTS) > 0:
+            per_task.append(spec_decode_counts(before, after))
         choice = response["choices"][0]
         ids = list(choice.get("token_ids") or choice.get("response_token_ids") or [])  # vLLM's or SGLang's key
         seconds, _ = decode_seconds(before, after)
-        rows.append({"task": name, "tokens": len(ids),
-                     "decode tokens/s": (len(ids) - 1) / seconds if seconds > 0 else np.nan, **accepted(before, after)})
+        rates = [(len(ids) - 1) / seconds if seconds > 0 else np.nan]
+        for _ in range(int_at_least("repeats", repeats, 1) - 1):
+            again = scrape(server.url)
+            chat_response(server, prompt, max_tokens=max_tokens)
+            again_seconds, _ = decode_seconds(again, scrape(server.url))
+            rates.append((len(ids) - 1) / again_seconds if again_seconds > 0 else np.nan)
+        rows.append({"task": name, "tokens": len(ids), "decode tokens/s": float(np.nanmedian(rates)),
+                     "repeats": len(rates), **accepted(before, after)})
         answers.append(answer_from_choice(choice))
         prompts.append(list(response.get("prompt_token_ids") or []))
         generated.append(ids)
-    last = scrape(server.url)
-    counts = spec_decode_counts(first, last) if last.samples.get(f"{ACCEPTED_PER_POS}_total") else None
+    counts = None
+    if per_task:  # summed over the tasks' first answers
+        per_pos = [float(a) for a in np.sum([c.accepted_per_pos for c in per_task], axis=0)]
+        counts = SpecDecodeCounts(sum(c.drafts for c in per_task), sum(c.draft_tokens for c in per_task),
+                                  sum(c.accepted for c in per_task), per_pos)
     return TaskAnswers(pd.DataFrame(rows), answers, prompts, generated, counts)
+
+
+def sampled_pairs(server: Endpoint, prompt: Sequence[int], n: int) -> list[tuple[int, int]]:
+    """``n`` samples at temperature 1 of the 2nd and 3rd generated tokens after ``prompt`` (token ids), in
+    one request (the engine's ``n``). The 1st token comes from the prompt's forward; from the 2nd on a
+    speculative server's tokens went through its rejection sampler. Unseeded: vLLM's CPU build fails a
+    request that gives a seed ("CPU Generator does not use offset"), which stops its engine."""
+    client = OpenAI(base_url=server.api_url, api_key="servelab", timeout=600, max_retries=0)
+    client.completions.create(model=server.served_model, prompt=list(prompt), max_tokens=1)  # the prompt, cached
+    out = client.completions.create(model=server.served_model, prompt=list(prompt), max_tokens=3, temperature=1.0,
+                                    n=int_at_least("n", n, 1),
+                                    extra_body={"return_token_ids": True, "min_tokens": 3}).model_dump()
+    pairs = [tuple(c["token_ids"][1:3]) for c in out["choices"]]
+    if any(len(p) != 2 for p in pairs):
+        raise ValueError("a sample came back with fewer than 3 tokens")
+    return pairs
+
+
+def pair_counts(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The two samples' counts over every pair either produced (the same cells, in one order)."""
+    cells = sorted(set(a) | set(b))
+    index = {c: i for i, c in enumerate(cells)}
+    return tuple(np.bincount([index[p] for p in s], minlength=len(cells)) for s in (a, b))
 
 
 def predicted_speedup(tokens: float, drafts: float, accepted_tokens: float, k: int, c: float,
@@ -165,20 +209,24 @@ def fitted_cost(tokens: float, drafts: float, accepted_tokens: float, k: int, ve
     return ((tokens - 1) / speedup - undrafted - drafts * verify_cost) / (drafts * k)
 
 
-def sweep(server: Endpoint, prompts: Sequence[str], concurrency: Sequence[int], max_tokens: int) -> pd.DataFrame:
-    """One wave of b requests per b (prompts taken in turn), each exactly ``max_tokens`` long: the
-    mean decode rate per request (tokens after the first / engine decode time) and the counters."""
+def sweep(server: Endpoint, prompts: Sequence[str], concurrency: Sequence[int], max_tokens: int, *,
+          repeats: int = 3) -> pd.DataFrame:
+    """``repeats`` waves of b requests per b (prompts taken in turn), each exactly ``max_tokens`` long:
+    the median over the waves of the mean decode rate per request (tokens after the first / engine
+    decode time), and the counters summed over the waves."""
     rows = []
     for b in concurrency:
         batch = [prompts[i % len(prompts)] for i in range(int_at_least("concurrency", b, 1))]
-        before = scrape(server.url)
-        run_load(server, batch, concurrency=b, max_tokens=max_tokens, progress=False,
-                 extra_body={"min_tokens": max_tokens})
-        after = scrape(server.url)
-        seconds, finished = decode_seconds(before, after)
-        rows.append({"concurrency": b, "requests": int(finished), "tokens per request": max_tokens,
-                     "decode tokens/s per request": (max_tokens - 1) * finished / seconds,
-                     **accepted(before, after)})
+        rates, first = [], scrape(server.url)
+        for _ in range(int_at_least("repeats", repeats, 1)):
+            before = scrape(server.url)
+            run_load(server, batch, concurrency=b, max_tokens=max_tokens, progress=False,
+                     extra_body={"min_tokens": max_tokens})
+            seconds, finished = decode_seconds(before, scrape(server.url))
+            rates.append((max_tokens - 1) * finished / seconds)
+        rows.append({"concurrency": b, "requests": b, "waves": len(rates), "tokens per request": max_tokens,
+                     "decode tokens/s per request": float(np.median(rates)),
+                     "slowest / fastest wave": max(rates) / min(rates), **accepted(first, scrape(server.url))})
     return pd.DataFrame(rows)
 
 
@@ -215,6 +263,16 @@ def replay_counts(match_strings: Sequence[str], k: int) -> SpecDecodeCounts:
         raise ValueError("no verification to replay: every answer is a single token")
     return SpecDecodeCounts(float(lengths.size), float(k * lengths.size), float(lengths.sum()),
                             [float((lengths > i).sum()) for i in range(k)])
+
+
+def counts_agree(engine: SpecDecodeCounts, replayed: SpecDecodeCounts, answers: int) -> bool:
+    """Whether the engine's verifications and its accepted count at every draft position are the
+    replayed ones, give or take one per answer (the replay leaves out an answer's last verification
+    when the answer's end cut it, the engine counts it; either may count tokens past the end)."""
+    if engine.k != replayed.k:
+        return False
+    diffs = [engine.drafts - replayed.drafts, *np.subtract(engine.accepted_per_pos, replayed.accepted_per_pos)]
+    return bool(all(abs(d) <= int_at_least("answers", answers, 1) for d in diffs))
 
 
 @dataclass(frozen=True)

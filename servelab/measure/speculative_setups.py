@@ -83,7 +83,10 @@ class Run:
     options: dict = field(default_factory=dict)  # engine options: vLLM's speculative_config, SGLang's flags
 
 
-QWEN_7B, QWEN_05B = "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"
+QWEN_7B, QWEN_05B, QWEN_72B = "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-72B-Instruct"
+# vocab_size in each model's config.json on the hub (the rows of the embedding; the tokenizer is one):
+# the small Qwen2.5 models pad it to a multiple of 128, the large ones to a multiple of 256.
+VOCAB_SIZES = {QWEN_05B: 151936, QWEN_7B: 152064, QWEN_72B: 152064}
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE3_HEADS = {"vllm": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "sglang": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"}
 
@@ -187,6 +190,11 @@ def all_gpu_runs(k: int = 4) -> list[Run]:
     ]
 
 
+def profile_draft_config(profile_name: str) -> dict:
+    """The vLLM draft configuration a profile names (servelab/data/profiles.toml)."""
+    return dict(profiles.load(profile_name).speculative.get("vllm", {}))
+
+
 def gpu_runs(profile: Profile, k: int = 4) -> list[Run]:
     """The runs this profile makes: all of them on a GPU profile, none where there is no GPU."""
     return all_gpu_runs(k) if profile.device == "cuda" else []
@@ -229,19 +237,32 @@ def measure_run(run: Run, profile: Profile, task_tokens: int, concurrency: Seque
     return frame.assign(run=run.label, engine=run.engine)
 
 
+def vllm_spec_defaults(env_name: str = "vllm-cpu") -> dict:
+    """vLLM's SpeculativeConfig defaults and its resolution of ``ngram`` with only k given, read in the
+    engine's venv (``engine_side/vllm_spec_defaults.py``)."""
+    python = engine_envs.get(env_name).require().python
+    return engine_envs.run_script(python, script("vllm_spec_defaults.py"))
+
+
 @dataclass(frozen=True)
 class SGLangDefaults:
     table: pd.DataFrame  # per (target, algorithm): what SGLang resolved and which handler decided it
     cpu_ops: dict[str, str]  # the sgl_kernel CPU ops speculative decoding needs: "registered" or why not
 
 
+ARTICLES_CALL = ("--speculative-num-draft-tokens", "5")  # the articles' sgl.Runtime(...): only this one of three
+
+
 def sglang_defaults(targets: Mapping[str, str], algorithms: Sequence[str] = ("EAGLE", "EAGLE3", "STANDALONE", "NGRAM"),
-                    env_name: str = "sglang-cpu") -> SGLangDefaults:
+                    env_name: str = "sglang-cpu", articles_call_on: str | None = None) -> SGLangDefaults:
     """SGLang's resolution of ``--speculative-algorithm A`` with nothing else speculative given, per target.
 
     ``targets`` maps a label to a local model folder or a hub id (resolved against a config-only
     stand-in from servelab/data/model_shapes.toml: resolution reads only config.json). The draft
-    path is the target's own: only the target's architecture decides these defaults.
+    path is the target's own: only the target's architecture decides these defaults. Every command
+    says ``--device cuda`` (the CPU has no speculative path, see ``cpu_ops``). ``articles_call_on``
+    names a target that also gets the articles' STANDALONE call, which gives only
+    ``speculative_num_draft_tokens=5`` (its row's ``error`` is what SGLang raises).
     """
     python = engine_envs.get(env_name).require().python
     with tempfile.TemporaryDirectory(prefix="servelab-sgl-spec-") as tmp:
@@ -262,6 +283,12 @@ def sglang_defaults(targets: Mapping[str, str], algorithms: Sequence[str] = ("EA
                     args += ["--speculative-draft-model-path", str(folder)]
                 commands.append({"label": f"{label}|{algorithm}", "args": args})
                 rows.append({"target": label, "architecture": arch, "algorithm": algorithm})
+            if label == articles_call_on:
+                args = ["--model-path", str(folder), "--speculative-algorithm", "STANDALONE", "--device", "cuda",
+                        "--speculative-draft-model-path", str(folder), *ARTICLES_CALL]
+                commands.append({"label": f"{label}|articles", "args": args})
+                rows.append({"target": label, "architecture": arch, "algorithm": "STANDALONE, the articles' call "
+                             f"({' '.join(ARTICLES_CALL)} only)"})
         report = engine_envs.run_script(python, script("sgl_speculative_defaults.py"),
                                         stdin=json.dumps({"commands": commands}))
     for row, result in zip(rows, report["results"], strict=True):
@@ -270,5 +297,10 @@ def sglang_defaults(targets: Mapping[str, str], algorithms: Sequence[str] = ("EA
                     "draft tokens": resolved.get("speculative_num_draft_tokens"),
                     "max running requests": resolved.get("max_running_requests"),
                     "decided by": by.get("speculative_num_steps", ""), "error": result["error"],
+                    "n-gram BFS breadth": resolved.get("speculative_ngram_max_bfs_breadth"),
+                    "accept threshold single": resolved.get("speculative_accept_threshold_single"),
+                    "accept threshold acc": resolved.get("speculative_accept_threshold_acc"),
+                    "rejection sampling": resolved.get("speculative_use_rejection_sampling"),
+                    "device": resolved.get("device"),
                     "sglang": report["version"]})
     return SGLangDefaults(pd.DataFrame(rows), report["cpu_ops"])

@@ -27,7 +27,9 @@ from engine_report import Capture, describe  # beside this script
 os.environ.pop("SGLANG_USE_CPU_ENGINE", None)  # before sglang is imported: is_cpu() reads it
 
 FIELDS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-          "speculative_num_draft_tokens", "max_running_requests")
+          "speculative_num_draft_tokens", "max_running_requests", "speculative_ngram_max_bfs_breadth",
+          "speculative_accept_threshold_single", "speculative_accept_threshold_acc",
+          "speculative_use_rejection_sampling", "device")
 
 
 def resolve(args: list[str]) -> dict:
