@@ -89,3 +89,14 @@ def test_simulated_workload_uses_the_quoted_sharegpt_means():
     means = PAPER_FIGURES["workload_mean_lengths"].numbers
     simulated = requests.SHAREGPT_MEAN_PROMPT, requests.SHAREGPT_MEAN_OUTPUT
     assert simulated == (means["sharegpt_in"], means["sharegpt_out"])
+
+
+def test_speculative_figures_quote_their_values_and_render():
+    from servelab.book.quoted_figures import SPECULATIVE_FIGURES, quote_markdown
+
+    assert not set(SPECULATIVE_FIGURES) & set(FIGURES)
+    for key, fig in SPECULATIVE_FIGURES.items():
+        assert all(part in fig.quote for part in fig.value.split("; ")), key
+        assert fig.source and fig.where and fig.measures
+    text = quote_markdown("spec_chen_numerics", "spec_vllm_high_qps")
+    assert "within hardware numerics" in text and "1.8x slowdown" in text
