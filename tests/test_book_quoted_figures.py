@@ -92,7 +92,8 @@ def test_simulated_workload_uses_the_quoted_sharegpt_means():
 
 
 def test_speculative_figures_quote_their_values_and_render():
-    from servelab.book.quoted_figures import SPECULATIVE_FIGURES, quote_markdown
+    from servelab.book.quoted_figures import quote_markdown
+    from servelab.book.quoted_figures_speculative import SPECULATIVE_FIGURES
 
     assert not set(SPECULATIVE_FIGURES) & set(FIGURES)
     for key, fig in SPECULATIVE_FIGURES.items():
