@@ -221,7 +221,8 @@ def test_profile_draft_configs_and_vocab_sizes():
     gpu = setups.profile_draft_config("gpu-24g")
     assert gpu["use_heterogeneous_vocab"] is True and gpu["model"] == setups.QWEN_05B
     assert setups.VOCAB_SIZES[setups.QWEN_05B] % 128 == 0 and setups.VOCAB_SIZES[setups.QWEN_72B] % 256 == 0
-    assert setups.VOCAB_SIZES[setups.QWEN_05B] < setups.VOCAB_SIZES[setups.QWEN_7B] == setups.VOCAB_SIZES[setups.QWEN_72B]
+    sizes = setups.VOCAB_SIZES
+    assert sizes[setups.QWEN_05B] < sizes[setups.QWEN_7B] == sizes[setups.QWEN_72B]
 
 
 def test_gpu_runs_only_where_there_is_a_gpu():
