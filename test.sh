@@ -22,4 +22,4 @@ ruff check .
 SERVELAB_RESULTS="$(mktemp -d)"
 export SERVELAB_RESULTS
 exec python -m pytest tests notebooks/*.ipynb --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
-  -p no:cacheprovider "$@"
+  -p no:cacheprovider --durations=30 "$@"
