@@ -37,8 +37,10 @@ pressure_prompt_words = 300    # filler words per prompt (the engine reports the
 pressure_overfill = 1.4        # at full length the requests need this many times the budget
 pressure_spread = 0.9          # answers run from (1 - spread) to (1 + spread) times their mean length
 sglang_conservativeness = 0.1  # SGLang's --schedule-conservativeness in its pressure run (its default: 1.0)
-retraction_answer = 48         # answer tokens of each early request in the run that makes SGLang retract
-retraction_lag = 16            # tokens the early requests may have generated before the late one is admitted
+retraction_answer = None       # answer tokens of each early request in the run that makes SGLang retract;
+                               # None: the profile's (servelab.measure.retraction.sizes)
+retraction_lag = None          # tokens the early requests may have generated before the late one is admitted;
+                               # None: the profile's (larger on GPUs, which decode many steps per second)
 samples = [1, 2, 4, 8]         # parallel sampling: n completions of one prompt
 sample_prompt_tokens = 600     # about this long; set so the two block sizes share different amounts
 sample_output_tokens = 32
@@ -337,7 +339,11 @@ plt.show()
 # chat template, tokenization), which on this machine shares its cores with the busy engine.
 #
 # The cost of preemption shows up per request: a preempted request waits, then recomputes its
-# prompt and the tokens it had already generated before it can continue. Each lane below is one
+# prompt and the tokens it had already generated before it can continue, except what vLLM's prefix
+# cache still holds: vLLM hashes every full block a request writes, prompt and generated tokens
+# alike (`KVCacheManager.allocate_slots` in `vllm/v1/core/kv_cache_manager.py`), and a preempted
+# request's blocks go to the free queue with their hashes, so the full blocks nobody reused
+# meanwhile are found again when it is readmitted. Each lane below is one
 # request, in the order the requests were sent; that order among requests sent in the same
 # milliseconds is arbitrary, so do not read meaning into it.
 
@@ -431,21 +437,31 @@ display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegp
 # tokens they have generated, and sends back to the queue the one with the fewest (among equals,
 # the one with the longest prompt), then the next, until the step fits, always keeping one.
 # vLLM sends back the most recently admitted request instead. Both free the evicted request's KV
-# and recompute it later, but they keep different parts of it. vLLM frees the blocks into its
-# free queue with their prefix-cache hashes, so the full blocks of the prompt stay findable until
-# they are reused. SGLang gives back the tokens without inserting them into its radix tree ("don't
-# insert into the tree because we need the space instantly", `release_req` and
-# `release_kv_cache(..., checkpoint=False)` in `sglang/srt/mem_cache/common.py`) and evicts a
-# further 20 tokens per remaining request from the tree (`SGLANG_RETRACT_DECODE_STEPS`); only the
-# part of the prompt that was already in the tree when the request was admitted is found again.
+# and recompute what they no longer hold, but they keep different parts of it. vLLM frees the
+# blocks into its free queue with their prefix-cache hashes, so every full block, of the prompt and
+# of the generated tokens, stays findable until it is reused. SGLang stores a request's prompt in
+# its radix tree as soon as the prompt is prefilled (`checkpoint_kv_cache` in
+# `sglang/srt/managers/scheduler_components/batch_result_processor.py`). When it retracts the
+# request (`release_req` in `sglang/srt/managers/schedule_batch.py`), it frees the generated tokens
+# without storing them (`release_kv_cache(..., checkpoint=False)` in
+# `sglang/srt/mem_cache/common.py`) and unlocks the prompt, which stays in the tree but may now be
+# evicted; then it evicts 20 tokens per remaining request from the tree
+# (`SGLANG_RETRACT_DECODE_STEPS`), least recently used leaves first, and these can include that very
+# prompt. What is still in the tree when the request is readmitted is found again; the rest is
+# recomputed.
 # After a retraction SGLang sets its ratio to the tokens the remaining requests have generated,
 # plus 20 each, over their `max_tokens` (`estimate_new_token_ratio_after_retract`), so it admits
 # more cautiously. Its counter, `sglang:num_retracted_requests_total`, counts a retraction when it
 # happens, and its log says `KV cache pool is full. Retract requests.`
 
 # %%
-with running("sglang", prof, kv_cache_tokens=kv_tokens, schedule_conservativeness=sglang_conservativeness) as sg:
-    sglang_tokens = engine_capacity(sg)["tokens"]
+retraction_sizes = retraction.sizes(prof.is_cpu)
+retraction_answer = retraction_answer or retraction_sizes["answer"]
+retraction_lag = retraction_lag or retraction_sizes["lag"]
+with running("sglang", prof, kv_cache_tokens=kv_tokens, schedule_conservativeness=sglang_conservativeness,
+             decode_log_interval=1) as sg:
+    sglang_capacity = engine_capacity(sg)
+    sglang_tokens = sglang_capacity["tokens"]
     sglang_run = kv_pressure.run_pressure(sg, prompts, answer_tokens)
     forced = retraction.force(sg, sglang_conservativeness, seed=seed, answer=retraction_answer, lag=retraction_lag)
 for part in ("requests", "tokens", "timeline"):
@@ -485,11 +501,11 @@ plt.show()
 # the same budget carries it further before a decode step fails. When one does fail, SGLang
 # retracts as described above, and its counter moves at the retraction itself, where vLLM's moves
 # only when the preempted request runs again. Either way an evicted request frees its KV and pays
-# for it later in latency. SGLang's gauges move in coarser steps than vLLM's: it updates them with
-# each prefill batch and every `--decode-log-interval` decode steps (40 by default;
-# `report_decode_stats` in `sglang/srt/managers/scheduler_components/metrics_reporter.py`), so
-# between those updates its running gauge holds a stale value, and its "mean running while busy"
-# is not comparable with vLLM's, whose gauge is updated every step.
+# for it later in latency. SGLang updates its gauges with each prefill batch and every
+# `--decode-log-interval` decode steps (`report_decode_stats` in
+# `sglang/srt/managers/scheduler_components/metrics_reporter.py`). By default that is every 40
+# steps, and between two updates a gauge would hold a stale value for up to 40 steps; this server
+# was started with `--decode-log-interval 1`, so, like vLLM's, its gauges are updated every step.
 #
 # Whether SGLang retracted at all is its value in the eviction rows. Where that is 0, this run did
 # not make SGLang retract, and the SGLang half of the check below is then trivially true (0 is
@@ -508,18 +524,20 @@ print((seen <= counted).all(), (engines.loc["answers of full length"] == pressur
 # %% [markdown]
 # ### Making SGLang retract
 #
-# SGLang's admission rule says when it can run out: requests admitted in one prefill batch each
-# reserve their whole answer, so they cannot overcommit one another, but a request that arrives
-# while others decode sees their remaining answers only at the ratio, here at most
-# 0.7 x `sglang_conservativeness`. So the same server, still running with the same budget, was
-# sent two waves (`servelab.measure.retraction.plan`): first a few requests whose prompts and
-# answers together just fill the pool, then, once each of them had its first token, one late
-# request as long as fits beside them when their answers count at the ratio. It is admitted, and
-# the pool now holds less than the early requests are about to write. The plan sizes the late
-# request for any delay of up to `retraction_lag` generated tokens before its admission, and gives
-# every answer enough tokens that all requests still run when the free tokens run out. The lengths
-# are tokens, exact on this model's tokenizer; the prompts share the chat template's beginning,
-# which the radix tree stores once, and the plan counts it once too.
+# SGLang's admission rule says when it can run out: a request that arrives while others decode
+# sees their remaining answers only at the ratio, here at most 0.7 x `sglang_conservativeness`.
+# So the same server, still running with the same budget, was sent two waves
+# (`servelab.measure.retraction.plan`): first a few requests whose prompts and answers together
+# just fill the pool, so they fit even if every answer runs to its full length, however SGLang
+# splits them into prefill batches; then, once each of them had its first token, one late request
+# as long as fits beside them when their answers count at the ratio. It is admitted, and the pool
+# now holds less than the early requests are about to write. The plan sizes the late request for
+# any delay of up to `retraction_lag` generated tokens before its admission (the table shows the
+# delay this run had), and gives every answer enough tokens that all requests still run when the
+# free tokens run out. The lengths are tokens, exact on this model's tokenizer, and the plan counts
+# pages of one token, which the table shows this server used (`force` refuses other page sizes). The
+# prompts share the chat template's beginning, which the radix tree stores once; the plan counts it
+# once too, and `force` checks the prompts it sent against that count before the run.
 
 # %%
 plan = forced.plan
@@ -529,20 +547,33 @@ for part in ("requests", "tokens", "timeline", "events"):
     results.save(f"kv_retraction_sglang_{part}", data, prof, kv_tokens=kv_tokens,
                  schedule_conservativeness=sglang_conservativeness, answer=retraction_answer, lag=retraction_lag)
 first_event = forced.events.iloc[0] if len(forced.events) else None
+readmitted = forced.readmitted.iloc[0] if len(forced.readmitted) else None
+ratio_low, ratio_high = forced.ratio_after_range()
 pd.Series({
     "SGLang's pool (tokens)": plan.capacity,
+    "SGLang's page size (tokens)": sglang_capacity["block_size"],
     "prompt tokens every prompt shares (stored once)": plan.shared,
+    "prompt tokens the prompts sent hold in a radix tree": forced.held,
     "early requests: prompt + answer tokens, each": f"{plan.first_prompt} + {plan.first_answer}",
     "early requests: how many": plan.first_requests,
     "late request: prompt + answer tokens": f"{plan.second_prompt} + {plan.second_answer}",
     "early answers still to come, as SGLang counts them (at most)": plan.reserved_at_ratio,
     "early answers still to come, at full length (at most)": plan.first_requests * plan.first_answer,
+    "late request admitted by SGLang's rule, early answers at the ratio":
+        plan.late_admitted(forced.early_tokens, plan.ratio),
+    "late request admitted by SGLang's rule, early answers at full length": plan.late_admitted(0, 1.0),
+    "early tokens received before the late request's first (plan allows)":
+        f"{forced.early_tokens} ({plan.lag})",
     "requests retracted (sglang:num_retracted_requests)": forced.counted,
     "requests retracted (its log)": forced.logged,
     "retractions seen in the streams (pauses)": len(forced_pauses),
     "requests paused": ", ".join(str(r) for r in sorted(forced_pauses.req.unique())) or "none",
     "new_token_ratio before -> after the first retraction":
         f"{first_event.ratio_before} -> {first_event.ratio_after}" if first_event is not None else "no retraction",
+    "ratio after, SGLang's formula from the streams' counts (+-1 token each)":
+        f"{ratio_low:.4f} to {ratio_high:.4f}",
+    "readmission prefill: tokens computed, tokens found in the tree":
+        f"{readmitted.new_tokens}, {readmitted.cached_tokens}" if readmitted is not None else "none logged",
     "answers of full length": f"{int((forced.run.requests.completion_tokens == forced.run.requests.max_tokens).sum())}"
                               f" of {len(forced.run.requests)}",
 })
@@ -556,22 +587,36 @@ plt.show()
 # %% [markdown]
 # The pool fills with the early prompts, the late request is admitted beside them, and a few
 # decode steps later a step no longer fits: SGLang retracts. Its victim is the request with the
-# fewest generated tokens, the late one (the last lane), which waits until early requests finish
-# and then recomputes its prompt and the tokens it had generated. Its log line also shows the
-# ratio jump from its decayed starting value to the estimate from the remaining requests, so the
-# next admissions are cautious. Had the late request arrived together with the others, it would
-# have been refused until one of them finished, and nothing would have been retracted: SGLang's
-# retraction is the price of counting running requests' answers at less than their full length,
-# which lets it run more requests at once when answers end early, as real ones often do.
+# fewest generated tokens, the late one (the last lane), which waits until early requests finish.
+# The table quotes SGLang's log for its readmission: the prefill batch that took it back computed
+# the tokens printed there and found the rest in the radix tree. Where the tree kept only the
+# shared beginning, the retraction's eviction of 20 tokens per remaining request took the late
+# request's own prompt (the least recently used leaf), and it recomputed that prompt and the tokens
+# it had generated. Its log line also shows the ratio jump from its decayed starting value to the
+# estimate from the remaining requests, so the next admissions are cautious; the table recomputes
+# that estimate with SGLang's formula from the tokens the streams had received, which is not how
+# the plan was made.
+#
+# The late request got in only because the early answers counted at the ratio. By the same rule,
+# with the early answers counted at their full length it would not have been admitted (the
+# table's two admission rows, computed from the plan, not run): it would have waited until an early
+# request finished, and nothing would have been retracted. SGLang's retraction is the price of
+# counting running requests' answers at less than their full length, which lets it run more
+# requests at once when answers end early, as real ones often do.
 #
 # The check below asks that SGLang retracted at least once, that its counter and its log agree,
-# that the streams saw no more retractions than it counted, and that every answer still arrived in
-# full.
+# that the streams saw no more retractions than it counted and that every pause was the late
+# request's, that the early requests had generated no more tokens before the late one started than
+# the plan allows, that the ratio SGLang logged lies in the range its formula gives from the
+# streams, and that every answer still arrived in full.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 full = (forced.run.requests.completion_tokens == forced.run.requests.max_tokens).all()
-print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <= forced.counted, full)
+logged_ratio = first_event.ratio_after if first_event is not None else float("nan")
+print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <= forced.counted,
+      set(forced_pauses.req) == {forced.late}, forced.early_tokens <= plan.lag,
+      bool(ratio_low - 5e-5 <= logged_ratio <= ratio_high + 5e-5), bool(full))
 
 # %% [markdown]
 # ## Block size on the engine

@@ -10,41 +10,52 @@ from servelab.measure import frontend_cache as fc
 
 
 def _req(group: int, prompt: list[int], output: list[int] = (), limit: int | None = None,
-         reported: int = 0) -> fc.Request:
-    return fc.Request(group, list(prompt), list(output), len(prompt) - 1 if limit is None else limit, reported)
+         reported: int = 0, finish: str = "stop") -> fc.Request:
+    return fc.Request(group, list(prompt), list(output), len(prompt) - 1 if limit is None else limit, reported,
+                      finish)
 
 
 def test_a_repeated_prompt_finds_all_but_its_last_token_and_earlier_answers_count() -> None:
     first = _req(0, [1, 2, 3, 4], output=[5, 6, 7])
     again = _req(1, [1, 2, 3, 4])  # same prompt: at most 3 of its 4 tokens
     follow = _req(2, [1, 2, 3, 4, 5, 6, 9, 9])  # continues the first answer; its last token (7) was never stored
-    table = fc.predict([first, again, follow], keeps_last=False)
+    table = fc.predict([first, again, follow], overlap=False)
     assert table["low"].tolist() == table["high"].tolist() == [0, 3, 6]
     follow_last = _req(2, [1, 2, 3, 4, 5, 6, 7, 9])  # with overlap scheduling the last answer token is kept too
-    assert fc.predict([first, again, follow_last], keeps_last=True)["high"].tolist() == [0, 3, 7]
-    assert fc.predict([first, again, follow_last], keeps_last=False)["high"].tolist() == [0, 3, 6]
+    assert fc.predict([first, again, follow_last], overlap=True)["high"].tolist() == [0, 3, 7]
+    assert fc.predict([first, again, follow_last], overlap=False)["high"].tolist() == [0, 3, 6]
+
+
+def test_under_overlap_a_request_finished_by_length_never_fed_its_last_token() -> None:
+    by_length = _req(0, [1, 2, 3, 4], output=[5, 6, 7], finish="length")  # max_new_tokens reached
+    follow = _req(1, [1, 2, 3, 4, 5, 6, 7, 9])
+    assert fc.predict([by_length, follow], overlap=True)["high"].tolist() == [0, 6]  # skipped its last decode step
+    assert fc.fed(by_length, overlap=True) == [5, 6] and fc.fed(by_length, overlap=False) == [5, 6]
+    by_eos = _req(0, [1, 2, 3, 4], output=[5, 6, 7], finish="stop")
+    assert fc.fed(by_eos, overlap=True) == [5, 6, 7]
+    assert fc.predict([by_eos, follow], overlap=True)["high"].tolist() == [0, 7]
 
 
 def test_logprob_start_len_and_pages_limit_a_match() -> None:
     base = _req(0, list(range(10)), output=[])
     scored = _req(1, list(range(10)) + [42], limit=7)  # a select choice with logprob_start_len=7
-    assert fc.predict([base, scored], keeps_last=False)["high"].tolist() == [0, 7]
-    assert fc.predict([base, scored], page_size=4, keeps_last=False)["high"].tolist() == [0, 4]  # whole pages of 4 only
+    assert fc.predict([base, scored], overlap=False)["high"].tolist() == [0, 7]
+    assert fc.predict([base, scored], page_size=4, overlap=False)["high"].tolist() == [0, 4]  # whole pages of 4 only
     with pytest.raises(ValueError, match="page_size must be >= 1"):
-        fc.predict([base], page_size=0, keeps_last=False)
+        fc.predict([base], page_size=0, overlap=False)
 
 
 def test_requests_in_flight_together_give_a_range() -> None:
     trunk = _req(0, [1, 2, 3, 4, 5], output=[])  # the fork's commit of the shared prefix
     branch_a = _req(1, [1, 2, 3, 4, 5, 7, 8, 10])
     branch_b = _req(1, [1, 2, 3, 4, 5, 7, 8, 11])  # shares two more tokens with branch a, not with the trunk
-    table = fc.predict([trunk, branch_a, branch_b], keeps_last=False)
+    table = fc.predict([trunk, branch_a, branch_b], overlap=False)
     assert table["low"].tolist() == [0, 5, 5] and table["high"].tolist() == [0, 5, 7]
 
 
 def test_a_replay_larger_than_the_cache_is_refused() -> None:
     with pytest.raises(ValueError, match="SGLang would evict"):
-        fc.predict([_req(0, list(range(50)))], keeps_last=True, capacity=10)
+        fc.predict([_req(0, list(range(50)))], overlap=True, capacity=10)
 
 
 def test_recorded_calls_become_requests_grouped_by_overlap(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,11 +64,12 @@ def test_recorded_calls_become_requests_grouped_by_overlap(monkeypatch: pytest.M
     def call(sent: float, answered: float, body: dict[str, Any], answer: Any) -> dict[str, Any]:
         return {"sent_s": sent, "answered_s": answered, "body": body, "answer": answer}
 
-    def meta(prompt: str, cached: int, out: list[int]) -> dict[str, Any]:
-        return {"meta_info": {"prompt_tokens": len(prompt), "cached_tokens": cached}, "output_ids": out}
+    def meta(prompt: str, cached: int, out: list[int], finish: str = "stop") -> dict[str, Any]:
+        return {"meta_info": {"prompt_tokens": len(prompt), "cached_tokens": cached,
+                              "finish_reason": {"type": finish}}, "output_ids": out}
 
     recorded = [
-        call(0.0, 1.0, {"text": "abc"}, meta("abc", 0, [1, 2])),
+        call(0.0, 1.0, {"text": "abc"}, meta("abc", 0, [1, 2], "length")),
         call(1.5, 3.0, {"text": "abd"}, meta("abd", 2, [3])),
         call(2.0, 2.5, {"text": "abe"}, meta("abe", 2, [])),  # sent while the one before was in flight
         call(4.0, 5.0, {"text": ["xy", "xz"], "return_logprob": True, "logprob_start_len": 0},
@@ -66,6 +78,7 @@ def test_recorded_calls_become_requests_grouped_by_overlap(monkeypatch: pytest.M
     reqs = fc.to_requests(object(), recorded)
     assert [r.group for r in reqs] == [0, 1, 1, 2, 2]
     assert [r.limit for r in reqs] == [2, 2, 2, 0, 0] and reqs[0].output == [1, 2] and reqs[1].reported_cached == 2
+    assert [r.finish for r in reqs] == ["length", "stop", "stop", "stop", "stop"]
     recorded[0]["answer"]["meta_info"]["prompt_tokens"] = 4
     with pytest.raises(ValueError, match="/tokenize made 3 tokens of a prompt SGLang counted as 4"):
         fc.to_requests(object(), recorded)

@@ -9,17 +9,27 @@ SGLang's rules:
 * a request matches at most all but its last prompt token, and, when it asks for prompt
   log-probabilities, at most `logprob_start_len` tokens (`Req._compute_max_prefix_len` in
   `sglang/srt/managers/schedule_batch.py`); with pages of `page_size` tokens, whole pages only;
-* once a request finishes, the tree holds its prompt and its generated tokens (whole pages only),
-  all of them under overlap scheduling, all but the last without it. A decode step commits the KV
-  of the token it feeds (`alloc_for_decode` in `sglang/srt/mem_cache/allocation.py`), and the tree
-  keeps what was committed up to the stop (`Req.owned_kv_len`); with overlap the scheduler prepares
-  the next step before it reads the previous step's token, so a finished request has also fed its
-  last one.
+* once a request finishes, the tree holds its prompt and the generated tokens it fed to the model
+  (whole pages only). A decode step commits the KV of the token it feeds (`alloc_for_decode` in
+  `sglang/srt/mem_cache/allocation.py`), and the tree keeps what was committed up to the stop
+  (`Req.owned_kv_len`). Without overlap scheduling that is all but the last generated token. With
+  overlap the scheduler prepares the next step before it reads the previous step's token, so a
+  request that stopped at an end-of-sequence or stop token has fed its last one too; but a request
+  whose next token reaches `max_new_tokens` is left out of the next step beforehand
+  (`Scheduler._reqs_finishing_inflight`, called by `update_running_batch` in
+  `sglang/srt/managers/scheduler.py`, under `enable_skip_finishing_decode`, which
+  `event_loop_overlap` sets), so one that finished by length has not (`Request.finish`: SGLang's
+  `finish_reason` type, "length" or "stop").
 
-Requests in flight together (the fork's branches, the choices of one `select`) may be scheduled in
-one batch or one after another, so for them the prediction is a range: `low`, none sees the others'
-tokens; `high`, each sees everything sent before it. The cache is assumed large enough that nothing
-is evicted (checked against the capacity given).
+Requests in flight together (the fork's branches, the choices of one `select`, a program's request
+and the next program's opening one) can each be scheduled before or after the others' prompts have
+entered the tree; with overlap scheduling a prompt enters it only when its batch's result is
+processed, after the next batch has been formed. So for them the prediction is a range: `low`, the
+tree as it was before the group (none sees another member); `high`, each member also sees the
+prompts of the members sent before it, an upper bound except that it leaves out those members'
+generated tokens (which members that branch off after a shared prompt do not reach anyway). The
+cache is assumed large enough that nothing is evicted; `predict` checks that against a `capacity`
+when given one.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ class Request:
     output: list[int]
     limit: int  # most prompt tokens it may take from the cache
     reported_cached: int
+    finish: str = "stop"  # SGLang's finish_reason type: "length" (max_new_tokens reached), "stop", ...
 
 
 @dataclass(frozen=True)
@@ -101,16 +112,23 @@ def to_requests(server: Server, recorded: Sequence[dict[str, Any]]) -> list[Requ
             limit = len(prompt) - 1
             if body.get("return_logprob") and body.get("logprob_start_len", -1) >= 0:
                 limit = min(limit, body["logprob_start_len"])
+            finish = (answer["meta_info"].get("finish_reason") or {}).get("type", "")
             out.append(Request(group, prompt, list(answer.get("output_ids") or []), max(limit, 0),
-                               int(answer["meta_info"].get("cached_tokens", 0))))
+                               int(answer["meta_info"].get("cached_tokens", 0)), finish))
     return out
 
 
-def predict(reqs: Sequence[Request], page_size: int = 1, *, keeps_last: bool, capacity: int | None = None
+def fed(req: Request, overlap: bool) -> list[int]:
+    """The generated tokens a finished request fed to the model, which the tree keeps: all with overlap
+    scheduling unless it finished by length, else all but the last."""
+    return req.output if overlap and req.finish != "length" else req.output[:-1]
+
+
+def predict(reqs: Sequence[Request], page_size: int = 1, *, overlap: bool, capacity: int | None = None
             ) -> pd.DataFrame:
     """Per request: cached tokens predicted if in-flight requests see none of each other (`low`) or all
-    sent before (`high`), and what SGLang reported (`reported`). `keeps_last`: a finished request leaves
-    its last generated token in the tree too (SGLang with overlap scheduling)."""
+    sent before (`high`), and what SGLang reported (`reported`). `overlap`: SGLang schedules with
+    overlap (`fed`). `capacity`: the cache's tokens; a replay that holds more is refused."""
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1, got {page_size!r}")
     tree, rows = RadixTree(), []
@@ -129,9 +147,10 @@ def predict(reqs: Sequence[Request], page_size: int = 1, *, keeps_last: bool, ca
             high.append(hit(r.prompt, r.limit))
             tree.insert(r.prompt[:pages(len(r.prompt))])  # as if it had been prefilled before the next one
         for r in members:
-            stored = r.prompt + (r.output if keeps_last else r.output[:-1])
+            stored = r.prompt + fed(r, overlap)
             tree.insert(stored[:pages(len(stored))])
-        rows += [{"group": group, "prompt tokens": len(r.prompt), "generated": len(r.output), "limit": r.limit,
+        rows += [{"group": group, "prompt tokens": len(r.prompt), "generated": len(r.output), "finish": r.finish,
+                  "limit": r.limit,
                   "low": lo, "high": hi, "reported": r.reported_cached}
                  for r, lo, hi in zip(members, low, high, strict=True)]
     if capacity is not None and tree.total_tokens > capacity:
