@@ -50,7 +50,8 @@ burst_newcomers = 3           # scheduling: fresh prompts that arrive first ...
 burst_reusers = 4             # ... then requests that reuse a cached prefix
 burst_shared_share = 0.26     # the cached prefix, as a share of the KV budget
 burst_newcomer_share = 0.3    # each fresh prompt, as a share of the KV budget (together with the prefix: > 1)
-off_requests = 3              # few-shot requests sent to the servers without a prefix cache
+burst_stagger_s = 0.2         # the burst's requests are queued this far apart while the engine is paused
+off_requests = 3              # few-shot requests sent again, each after emptying the cache
 
 # %%
 from concurrent.futures import ThreadPoolExecutor
@@ -68,10 +69,12 @@ prof = banner.start(profile)
 # %% [markdown]
 # Starting an engine takes tens of seconds on a CPU, so the chapter starts as few servers as it
 # can: one vLLM, one SGLang, and one more SGLang with the cache-aware scheduling policy `lpm`,
-# because the policy is a flag fixed at start. All three get the same small KV budget.
-# `cache_options` asks both engines to report the cached prompt tokens of every request (vLLM's
-# `--enable-prompt-tokens-details`, SGLang's `--enable-cache-report`) and to let us empty their
-# prefix caches between experiments. Where every server's memory is bounded (the cpu profile) the
+# because the policy is a flag fixed at start. All three get the same small KV budget. Both
+# engines report the cached prompt tokens of every request: servelab always starts vLLM with
+# `--enable-prompt-tokens-details`, and `cache_options` adds SGLang's `--enable-cache-report`. It
+# also turns on vLLM's development endpoints (`VLLM_SERVER_DEV_MODE`), which let us empty its
+# prefix cache between experiments and pause its scheduler; SGLang serves both without a flag.
+# Where every server's memory is bounded (the cpu profile) the
 # three start now, side by side in the background, while we build the two caches; on a GPU, where
 # each server claims most of the memory, each starts when it is needed and the others stop
 # (`servelab/measure/lineup.py`).
@@ -100,6 +103,11 @@ lineup = Lineup({
 # When the request has been prefilled, its tokens are inserted: what was not there yet hangs
 # below as a new leaf. The tree in `servelab/sim/prefix_cache/radix_tree.py` mirrors SGLang's
 # `RadixCache` (`sglang/srt/mem_cache/radix_cache.py`) at one token per page.
+#
+# What the tree leaves out: pages larger than one token (SGLang's `page_size`; the predictions
+# below cut hits and insertions to whole pages when a server uses larger ones), eviction policies
+# other than least recently used, and wall-clock time (a counter orders the accesses, as
+# `time.monotonic()` does in SGLang). It holds token ids, not the KV values themselves.
 #
 # Four toy requests, with one word per token, show the moves. Like the engines, a request looks up
 # all but its last token: the last one must be computed anyway, because its logits give the first
@@ -171,7 +179,9 @@ plt.show()
 # token short of the prompt, rounded down to whole blocks: a prompt that is entirely cached still
 # recomputes its last block (`get_computed_blocks` in `vllm/v1/core/kv_cache_manager.py`).
 # `servelab/sim/prefix_cache/block_hash_cache.py` mirrors it, free queue and eviction order
-# included. The same four requests, with blocks of four tokens:
+# included. What it leaves out: a request's prompt is admitted whole in one step (no chunked
+# prefill), a request that does not fit is refused instead of waiting in the queue, and nothing is
+# preempted. The same four requests, with blocks of four tokens:
 
 # %%
 blocks = BlockHashCache(num_blocks=16, block_size=4)
@@ -195,7 +205,8 @@ pd.DataFrame({"prompt tokens": [len(t) for t in toy], "radix tree hit": radix_hi
 #
 # - SGLang's `RadixCache.create_simulated` (`sglang/srt/mem_cache/radix_cache.py`), driven by
 #   `servelab/engines/engine_side/sgl_radix_referee.py`: match lengths, insertions, lock deltas,
-#   evictions and the final tree.
+#   evictions, and the cached sequences (every leaf's path) after each eviction and before the
+#   final cleanup that empties the tree.
 # - vLLM's `KVCacheManager` (`vllm/v1/core/kv_cache_manager.py`, with its `BlockPool` and block
 #   hasher), driven by `servelab/engines/engine_side/vllm_prefix_referee.py` in the order vLLM's
 #   scheduler calls it: hits, block tables, the free queue after every operation, and the
@@ -203,8 +214,9 @@ pd.DataFrame({"prompt tokens": [len(t) for t in toy], "radix tree hit": radix_hi
 #
 # One caveat on SGLang: the referee checks the classic `RadixCache`, the one `create_simulated`
 # builds. The SGLang 0.5.23 *server* builds a `UnifiedRadixCache` (`mem_cache/registry.py`),
-# whose tree core is written in Rust by default (`mem_cache/unified_cache/tree_core_registry.py`).
-# The live measurements below check our tree against that server too.
+# whose tree core is chosen by `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`, `"rust"` by default, with
+# fallbacks to a Python core (`mem_cache/unified_cache/tree_core_registry.py`). Whichever core the
+# server runs, the live measurements below check our tree against it too.
 
 # %%
 from servelab.measure.prefix_caching import compare_with_sglang, compare_with_vllm
@@ -223,8 +235,10 @@ pd.DataFrame({
                     f"vLLM {block_referee.attrs['vllm']} KVCacheManager"],
     "seeds": [len(radix_referee), len(block_referee)],
     "operations": [radix_referee.ops.sum(), block_referee.ops.sum()],
-    "hit tokens": [radix_referee["matched tokens"].sum(), block_referee["hit tokens"].sum()],
-    "evicted": [f"{radix_referee['evicted tokens'].sum()} tokens", f"{block_referee['evicted blocks'].sum()} blocks"],
+    "hit tokens (ours, compared)": [radix_referee["matched tokens"].sum(), block_referee["hit tokens"].sum()],
+    "evicted under pressure (ours)": [f"{radix_referee['evicted tokens'].sum()} tokens",
+                                      f"{block_referee['evicted blocks'].sum()} blocks"],
+    "cached sequences compared": [radix_referee["snapshot sequences"].sum(), "-"],
     "refused admissions": ["-", block_referee.refused.sum()],
     "seeds where everything agrees": [radix_referee[radix_agree].all(axis=1).sum(),
                                       block_referee[block_agree].all(axis=1).sum()],
@@ -232,9 +246,16 @@ pd.DataFrame({
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().all())
+print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().all(),
+      radix_referee["snapshot sequences"].sum() > 0, radix_referee["evicted tokens"].sum() > 0)
 
 # %% [markdown]
+# The hits are compared one by one (vLLM's through its counters too); the evictions are counted on
+# our side, and SGLang's agree with them op by op (the `evictions agree` column), while vLLM's are
+# checked through the free queue and the block tables after every operation. The evicted tokens
+# leave out the final cleanup, and the cached sequences compared are those the snapshots held: the
+# check above fails if the snapshots compared nothing.
+#
 # ## The workloads, saved
 #
 # Five workloads are seeded chat requests (`servelab/measure/prefix_workloads.py`), in the shapes
@@ -242,15 +263,17 @@ print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().a
 #
 # - **multi_turn**: a conversation; each turn re-sends the previous turn plus two messages.
 # - **few_shot**: one long system prompt with worked examples before every question.
-# - **agent_tree**: an agent that forks. SGLang's frontend `fork` (`sglang/lang/interpreter.py`,
-#   `StreamExecutor.fork`) first sends the shared prefix, then each branch continues it; here
-#   the root request comes first, then two branches, then two steps under each branch.
+# - **agent_tree**: an agent that forks, in the shape SGLang's frontend `fork` gives it
+#   (`StreamExecutor.fork` in `sglang/lang/interpreter.py`): the shared prefix is sent first
+#   (committed), then the branches continue it. The frontend runs the branches in parallel; here
+#   they are sent one after another (the root, two branches, two steps under each), so that every
+#   hit can be predicted request by request. Chapter 00 runs real frontend programs.
 # - **retrieval**: each request quotes one to three documents from a shared pool, then asks.
 # - **no_sharing**: the control, every prompt different from its first word.
 #
-# Two more test granularity and eviction: **short_repeat** sends one prompt shorter than a CPU
-# block twice, and **cycle** reads `cycle_documents` long documents in turn, twice, so that
-# together they do not fit the KV budget. The requests are saved as JSONL beside the results, with
+# Two more test granularity and eviction: **short_repeat** sends one short prompt
+# (`short_prompt_words` words) twice, and **cycle** reads `cycle_documents` long documents in
+# turn, twice, so that together they do not fit the KV budget. The requests are saved as JSONL beside the results, with
 # two more sets used further below: a longer loop for a simulation, and a burst for scheduling.
 
 # %%
@@ -304,6 +327,11 @@ pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min"
 # `sglang:cache_hit_rate` is a gauge of the latest batch only, so it is not used here). Both count
 # tokens, so their ratio is the workload's hit rate.
 #
+# The predictions replay each workload one request at a time, each finished before the next, as
+# the requests are sent here; the whole prompt is cached, and no output token (every request asks
+# for one). The chat workloads' assistant turns are written in advance, so caching what a model
+# generated is not exercised in this chapter.
+#
 # Each server runs the **cycle** workload in the same go (it is read in the section on eviction),
 # and then the first `off_requests` few-shot requests once more, each after emptying the cache:
 # every one of them prefills its whole prompt, as with the cache turned off (the section on
@@ -350,10 +378,12 @@ sglang = lineup.take("sglang")
 sglang_built = engine_capacity(sglang)
 info = server_info(sglang)
 print(f"SGLang {sglang.version()}: {sglang_built['tokens']} KV tokens, page_size={sglang_built['block_size']}, "
-      f"disable_radix_cache={info['disable_radix_cache']}, schedule_policy={info['schedule_policy']}")
+      f"disable_radix_cache={info['disable_radix_cache']}, schedule_policy={info['schedule_policy']}, "
+      f"attention_backend={info['attention_backend']}")
 sglang_hits, sglang_rates = run_workloads(sglang, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
 sglang_hits["predicted"] = np.concatenate([
-    predict_hits("radix", tokens[n], capacity=sglang_built["usable"]) for n in [*hit_workloads, "cycle"]])
+    predict_hits("radix", tokens[n], capacity=sglang_built["usable"], page_size=sglang_built["block_size"])
+    for n in [*hit_workloads, "cycle"]])
 sglang_cold = run_cold(sglang, tokens["few_shot"][:off_requests], ids["few_shot"][:off_requests])
 sglang_cycle = sglang_hits[sglang_hits.workload == "cycle"].reset_index(drop=True)
 sglang_hits = sglang_hits[sglang_hits.workload != "cycle"].reset_index(drop=True)
@@ -370,7 +400,9 @@ print((sglang_hits.cached_tokens == sglang_hits.predicted).all(),
 
 # %% [markdown]
 # Our radix tree predicts every hit of the SGLang server too, although the server runs a
-# different implementation of the tree than the one the referee checked.
+# different implementation of the tree than the one the referee checked. The prediction uses the
+# server's page size, printed above: with pages of one token a hit ends on any token; a larger
+# page size (some GPU attention backends choose one) cuts hits to whole pages.
 #
 # ### Side by side
 
@@ -379,6 +411,8 @@ rates = pd.DataFrame({"vLLM": vllm_rates.set_index("workload").hit_rate,
                       "SGLang": sglang_rates.set_index("workload").hit_rate})
 ax = (100 * rates).plot.bar(figsize=(8, 4), rot=0)
 plots.axes("Prefix cache hit rate from each engine's counters", "workload", "cached / prompt tokens (%)", ax=ax)
+for bars in ax.containers:  # every bar's value, so that a zero shows too
+    ax.bar_label(bars, fmt="%.0f", fontsize=7)
 ax.legend([plots.label("vLLM"), plots.label("SGLang")])
 plt.show()
 (100 * rates).round(1)
@@ -388,26 +422,36 @@ plt.show()
 # prompts share a long system prompt: both engines reuse it, vLLM up to its last full block. In
 # the multi-turn chat each turn can reuse the whole previous prompt; SGLang does, vLLM stops at
 # the previous prompt's last full block. In the control, every prompt still starts with the same
-# chat-template tokens: SGLang finds them, vLLM only the whole blocks among them. The requests of
-# three workloads, one by one:
+# chat-template tokens: SGLang finds them, vLLM only the whole blocks among them (the cell after
+# the table prints how many tokens that is, against this vLLM's block size). The requests of three
+# workloads, one by one:
 
 # %%
 both = vllm_hits[["workload", "request", "prompt_tokens"]].assign(
     vllm=vllm_hits.cached_tokens.values, sglang=sglang_hits.cached_tokens.values)
 both["difference"] = both.sglang - both.vllm
+block = vllm_built["block_size"]
+template = both[both.workload == "no_sharing"].sglang.max()
+print(f"vLLM block: {block} tokens; the control shares {template} chat-template tokens "
+      f"({'less than' if template < block else 'at least'} one block); the short prompt has "
+      f"{both[both.workload == 'short_repeat'].prompt_tokens.iloc[0]} tokens.")
 both[both.workload.isin(["multi_turn", "short_repeat", "no_sharing"])]
 
 # %%
 # NBVAL_CHECK_OUTPUT
 repeat = both[both.workload == "short_repeat"].iloc[-1]
-print((both.sglang >= both.vllm).all(), repeat.sglang == repeat.prompt_tokens - 1,
-      repeat.vllm == (repeat.prompt_tokens - 1) // vllm_built["block_size"] * vllm_built["block_size"])
+page = sglang_built["block_size"]
+aligned = block % page == 0  # SGLang's pages tile vLLM's blocks (page size 1 on the cpu profile)
+print(not aligned or (both.sglang >= both.vllm).all(), not aligned or (both.sglang - both.vllm < block).all(),
+      repeat.sglang == (repeat.prompt_tokens - 1) // sglang_built["block_size"] * sglang_built["block_size"],
+      repeat.vllm == (repeat.prompt_tokens - 1) // block * block)
 
 # %% [markdown]
-# Without eviction, SGLang's hit is never shorter than vLLM's, and the difference is less than one
-# of vLLM's blocks per request. A prompt sent twice is the extreme case: SGLang reuses all but its
-# last token, vLLM rounds that down to whole blocks, which for a prompt shorter than a block is
-# nothing.
+# Without eviction, and with SGLang's pages tiling vLLM's blocks, SGLang's hit is never shorter
+# than vLLM's, and the difference is less than one of vLLM's blocks per request (the first two
+# checks). A prompt sent twice is the extreme case: SGLang reuses all but its last token (in whole
+# pages, one token each unless the server's page size is larger), vLLM rounds that down to whole
+# blocks, which for a prompt shorter than a block is nothing.
 #
 # ### What the block size does
 #
@@ -416,12 +460,10 @@ print((both.sglang >= both.vllm).all(), repeat.sglang == repeat.prompt_tokens - 
 # the same token ids at other block sizes; SGLang's one-token pages are the limit on the left.
 
 # %%
+from servelab.measure.prefix_analysis import block_size_sweep, eviction_sweep, hit_rate, other_block_size
+
 sizes = sorted({1, 16, 32, 64, 128, vllm_built["block_size"]})
-sweep = pd.DataFrame([
-    {"workload": name, "block size": size,
-     "hit rate": sum(predict_hits("radix" if size == 1 else "block", tokens[name], block_size=size,
-                                  capacity=10 * kv_tokens)) / sum(len(t) for t in tokens[name])}
-    for name in hit_workloads for size in sizes])
+sweep = block_size_sweep({name: tokens[name] for name in hit_workloads}, sizes, capacity=10 * kv_tokens)
 results.save("prefix_block_size_sweep", sweep, prof)
 ax = plots.axes("Hit rate against block size (simulated on the engines' token ids)",
                 "block size (tokens; 1 = SGLang's radix tree)", "cached / prompt tokens (%)")
@@ -434,11 +476,18 @@ ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 plt.show()
 
 # %% [markdown]
-# The longer the shared prefix compared with a block, the less the block size matters: few-shot
-# loses at most one block of a long prompt, the control and the short repeat lose everything. The
-# CPU attention backend takes block sizes in multiples of 32 (the previous chapter); the live tests
-# of `tests/test_measure_prefix_caching.py` start vLLM with 32-token blocks and check these
-# predictions request by request.
+# The simulation replays each workload one request after another in a cache ten times this run's
+# budget, so nothing is evicted. The longer the shared prefix compared with a block, the less the
+# block size matters: few-shot loses at most one block of a long prompt, while the control and the
+# short repeat lose everything once the block is longer than what they share.
+#
+# Why this curve is simulated and not measured: the block size is fixed when vLLM starts, and every
+# further vLLM server costs this chapter tens of seconds of its time budget. The CPU attention
+# backend also accepts only some block sizes (the previous chapter). The live test
+# `test_smaller_vllm_blocks_find_more_and_token_granularity_the_most` in
+# `tests/test_measure_prefix_caching.py` starts vLLM with 32-token blocks and checks, request by
+# request, that our block cache predicts every hit it reports, and that it finds more than the
+# default size and no more than SGLang; its results are not saved by this chapter.
 #
 # ## Eviction under a small cache
 #
@@ -471,38 +520,54 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %%
+cost = cycles.groupby(["engine", "round"], sort=False).agg(cached=("cached_tokens", "sum"),
+                                                          prompt=("prompt_tokens", "sum"),
+                                                          ttft_s=("ttft_s", "median")).unstack("round")
+cost = pd.DataFrame({"second-round hit rate": cost["cached", 2] / cost["prompt", 2],
+                     "median TTFT, round 2 / round 1": cost["ttft_s", 2] / cost["ttft_s", 1]})
+results.save("prefix_eviction_cost", cost.reset_index(), prof, kv_tokens=kv_tokens)
+for engine, row in cost.iterrows():
+    print(f"{engine}: the second round found {row['second-round hit rate']:.0%} of its prompt tokens cached; "
+          f"its median time to first token was {row['median TTFT, round 2 / round 1']:.2f} times the first round's.")
+
+# %%
 # NBVAL_CHECK_OUTPUT
-print((cycles.cached_tokens == cycles.predicted).all())
+print((cycles.cached_tokens == cycles.predicted).all(),
+      cost.loc["vLLM", "second-round hit rate"] > cost.loc["SGLang", "second-round hit rate"])
 
 # %% [markdown]
 # Least recently used is the worst order for a loop that does not fit: each document is evicted
 # just before it is needed again. SGLang loses the whole document and finds only the shared
 # chat-template tokens in the second round. vLLM, having evicted the ends first, still finds the
-# beginning of each document. How much survives depends on how far the loop overflows the cache,
-# which the simulators show for a growing number of documents of the same size:
+# beginning of each document (the second check). That is what eviction costs here: the printed
+# ratios compare each engine's second round with its first, within this run; the time a cached
+# token saves depends on the engine's attention kernel (the section on caching on and off), and on
+# a GPU a prefill this short can take less time than a request's fixed costs.
+#
+# How much survives depends on how far the loop overflows the cache, which the simulators show
+# for a growing number of documents of the same size:
 
 # %%
-most = 2 * cycle_documents
-overflow = []
-for n_docs in range(1, most + 1):
-    prompts = loop_tokens[:n_docs] + loop_tokens[most:most + n_docs]  # documents 0..n-1, twice
-    for cache, capacity, size in (("block", vllm_built["usable"], vllm_built["block_size"]),
-                                  ("radix", sglang_built["usable"], 1)):
-        hits = predict_hits(cache, prompts, block_size=size, capacity=capacity)
-        overflow.append({"documents": n_docs, "cache": "vLLM blocks" if cache == "block" else "SGLang radix tree",
-                         "working set / capacity": sum(map(len, prompts[:n_docs])) / capacity,
-                         "second-round hit rate": sum(hits[n_docs:]) / sum(map(len, prompts[n_docs:]))})
-overflow = pd.DataFrame(overflow)
+overflow = eviction_sweep(loop_tokens, {"vLLM blocks": ("block", vllm_built["usable"], vllm_built["block_size"]),
+                                        "SGLang radix tree": ("radix", sglang_built["usable"], 1)})
 results.save("prefix_eviction_sweep", overflow, prof, kv_tokens=kv_tokens)
 ax = plots.axes("Second round of a loop over documents (simulated)", "working set / cache capacity",
                 "second-round hit rate (%)")
-for cache, rows in overflow.groupby("cache", sort=False):
-    ax.plot(rows["working set / capacity"], 100 * rows["second-round hit rate"], marker="o", label=cache)
+for (cache, rows), marker in zip(overflow.groupby("cache", sort=False), ("o", "s"), strict=True):
+    # points only: between two loop lengths nothing was computed, and the rate can drop at once
+    ax.plot(rows["working set / capacity"], 100 * rows["second-round hit rate"], marker=marker, linestyle="none",
+            label=plots.label(cache))
 ax.axvline(1.0, color="grey", linestyle=":")
 ax.legend()
 plt.show()
 
 # %% [markdown]
+# Each point is a loop over one more document, replayed one request at a time with each engine's
+# block size and usable capacity, at page size 1 for the tree; the working set counts each prompt
+# whole, so the chat template's tokens, shared by every document, count once per document. Below
+# a ratio of one everything fits. Just above it, the blocks still find the beginnings of documents
+# that the tree has lost whole; further out, both caches find almost nothing.
+#
 # ## When order matters: SGLang's scheduling policies
 #
 # When several requests wait, the scheduler decides which to prefill first, and under a small cache
@@ -512,37 +577,54 @@ plt.show()
 # `schedule_policy.py`, and the server above reports its default.
 
 # %%
-from servelab.measure.prefix_cache_live import run_burst, sglang_schedule_facts
+from servelab.measure.prefix_burst import common_prefix, reuser_ceiling, run_burst
+from servelab.measure.prefix_cache_live import sglang_schedule_facts
 
 facts = sglang_schedule_facts(prof)
 print(f"cache-aware policies: {', '.join(facts['CacheAwarePolicy'])}")
 print(f"cache-agnostic policies: {', '.join(facts['CacheAgnosticPolicy'])}")
 print(f"this server's policy: {info['schedule_policy']}; lpm and hrrn fall back to FCFS above "
       f"{facts['WAITING_QUEUE_PREFIX_MATCH_MAX']} waiting requests")
+print(f"in-batch prefix check: requests with at most {facts['IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD']} cached "
+      f"tokens that share at least {facts['IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD']} tokens with an "
+      f"earlier waiting request wait one round")
 
 # %% [markdown]
 # `lpm` (longest prefix match) sorts the waiting queue so that requests with the longest cached
-# prefix go first. It is not always on when chosen. In `SchedulePolicy` (`_validate_and_adjust_policy`
-# and `_determine_active_policy`), a cache-aware policy becomes FCFS when the radix cache is
-# disabled, and `lpm` and `hrrn` become FCFS for any scheduling round with more waiting requests
-# than the limit printed above, because matching every waiting request against the tree costs
-# time on every round.
+# prefix go first. It is not always on when chosen. In `SchedulePolicy._validate_and_adjust_policy`,
+# with the radix cache disabled `lpm`, `dfs-weight` and `hrrn` become FCFS, while
+# `shortest-prefill-first` refuses to start ("Experimental shortest-prefill-first requires prefix
+# caching"). In `_determine_active_policy`, `lpm` and `hrrn` become FCFS for any scheduling round
+# with more waiting requests than the limit printed above, because matching every waiting request
+# against the tree costs time on every round.
+#
+# Cache-aware policies do one more thing (`_compute_prefix_matches`). A waiting request that finds
+# little in the cache (the first threshold printed above) is matched against the other waiting
+# requests; if it shares a prefix (the second threshold) with one ahead of it, it is held back for
+# this round. Of several requests that share a prefix nobody has computed yet, one is prefilled
+# first, and the others find its prefix cached a round later instead of all computing it in the
+# same step. FCFS does not do this.
 #
 # A workload where order matters: one request caches a shared prefix; then a burst arrives, first
 # `burst_newcomers` fresh prompts, then `burst_reusers` requests that start with the cached prefix.
-# Under FCFS the fresh prompts are prefilled first, their KV needs room, and the least recently
-# used entry, the shared prefix, is evicted just before the requests that need it. The burst runs
-# on the three servers: vLLM and SGLang, both first come, first served, and the SGLang server
-# started with `--schedule-policy lpm`. These are the chapter's last live measurements; the
-# servers stop after them.
+# The fresh prompts and the prefix do not fit the cache together. The engine is paused while the
+# burst arrives (vLLM's `/pause` with `mode=keep`, SGLang's `/pause_generation` in place), so all
+# of it waits in the queue, in the order sent, when the scheduler resumes; without the pause a fast
+# machine would finish the first fresh prompt before the last request arrived. The burst runs on the
+# three servers: vLLM and SGLang, both first come, first served, and the SGLang server started with
+# `--schedule-policy lpm`. Each other policy would need one more server, so `dfs-weight`, `hrrn` and
+# `shortest-prefill-first` are read from the source here, not measured. These are the chapter's
+# last live measurements; the servers stop after them.
 
 # %%
-bursts = {"vLLM, fcfs": run_burst(lineup.take("vllm"), warm_tokens, burst_tokens, burst_names),
-          "SGLang, fcfs": run_burst(lineup.take("sglang"), warm_tokens, burst_tokens, burst_names)}
+bursts = {"vLLM, fcfs": run_burst(lineup.take("vllm"), warm_tokens, burst_tokens, burst_names,
+                                  stagger_s=burst_stagger_s),
+          "SGLang, fcfs": run_burst(lineup.take("sglang"), warm_tokens, burst_tokens, burst_names,
+                                    stagger_s=burst_stagger_s)}
 lpm = lineup.take("sglang lpm")
 print(f"SGLang: schedule_policy={server_info(lpm)['schedule_policy']}")
-bursts["SGLang, lpm"] = run_burst(lpm, warm_tokens, burst_tokens, burst_names)
-print(f"shared prefix {len(warm_tokens)} tokens; burst prompts {[len(t) for t in burst_tokens]} tokens; "
+bursts["SGLang, lpm"] = run_burst(lpm, warm_tokens, burst_tokens, burst_names, stagger_s=burst_stagger_s)
+print(f"warm-up prompt {len(warm_tokens)} tokens; burst prompts {[len(t) for t in burst_tokens]} tokens; "
       f"KV budget {kv_tokens} tokens")
 lineup.stop()
 
@@ -556,35 +638,67 @@ fig, panels = plt.subplots(len(bursts), 1, figsize=(9, 1.1 + 1.3 * len(bursts)),
 for ax, (name, frame) in zip(panels, bursts.items(), strict=True):
     rows = np.arange(len(frame))[::-1]
     colors = ["tab:green" if r.startswith("reuse") else "tab:grey" for r in frame.request]
-    ax.barh(rows, frame.end_s - frame.start_s, left=frame.start_s, color=colors, height=0.7)
+    ax.barh(rows, frame.end_s, left=0, color=colors, height=0.7)
     for y, end, hit, total in zip(rows, frame.end_s, frame.cached_tokens, frame.prompt_tokens, strict=True):
         ax.text(end + 0.05, y, f"{hit}/{total}", va="center", fontsize=7)
     ax.set_yticks(rows, frame.request, fontsize=7)
-    ax.set_title(name, fontsize=9, loc="left")
-plots.axes("", "time since the burst began (s); bars: from sent to finished, labels: cached / prompt tokens",
+    engine, policy = name.split(", ")
+    ax.set_title(f"{engine}, {plots.label('policy')} {policy}", fontsize=9, loc="left")
+plots.axes("", "time since the engine resumed (s); bars: until the request finished, labels: cached / prompt tokens",
            "", ax=panels[-1])
 fig.suptitle(plots.label("The burst under a small cache (green: requests reusing the cached prefix)"))
 plt.tight_layout()
 plt.show()
-reuse = burst_table[burst_table.request.str.startswith("reuse")]
+
+# %%
+unit = {"vLLM, fcfs": vllm_built["block_size"], "SGLang, fcfs": sglang_built["block_size"],
+        "SGLang, lpm": sglang_built["block_size"]}
+shared = {name: common_prefix(warm_tokens, t) for name, t in zip(burst_names, burst_tokens, strict=True)}
+reuse = burst_table[burst_table.request.str.startswith("reuse")].copy()
+reuse["ceiling"] = [reuser_ceiling(shared[r], n, unit[c])
+                    for r, n, c in zip(reuse.request, reuse.prompt_tokens, reuse.configuration, strict=True)]
+reuse["found the prefix"] = reuse.cached_tokens >= 0.9 * reuse.ceiling
+print(f"The reusing requests share {min(shared[r] for r in reuse.request)} to {max(shared[r] for r in reuse.request)} "
+      f"tokens with the warm-up request; vLLM's block is {vllm_built['block_size']} tokens, SGLang's page "
+      f"{sglang_built['block_size']}.")
+for name, rows in reuse.groupby("configuration", sort=False):
+    print(f"{name}: {rows['found the prefix'].sum()} of {len(rows)} reusing requests found the cached prefix "
+          f"(at least 90% of the {rows.ceiling.iloc[0]} tokens their cache can give); the first of them to finish "
+          f"came {rows.finished.min()} of {len(bursts[name])} in finishing order.")
 reuse.groupby("configuration", sort=False).agg(cached_tokens=("cached_tokens", "sum"),
+                                                 most_they_can_find=("ceiling", "sum"),
                                                  prompt_tokens=("prompt_tokens", "sum"),
                                                  last_finished_s=("end_s", "max"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
 cached = reuse.groupby("configuration").cached_tokens.sum()
-print(cached["SGLang, lpm"] >= cached["SGLang, fcfs"])
+queued = all((f.sent_rank.values == np.arange(1, len(f) + 1)).all() and (f.start_s < 0).all() and (f.end_s > 0).all()
+             for f in bursts.values())
+found = reuse.groupby("configuration")["found the prefix"].sum()
+print(queued, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm"] == burst_reusers,
+      found["SGLang, fcfs"] < burst_reusers)
 
 # %% [markdown]
-# Under `fcfs` both engines prefill the fresh prompts first, and their KV evicts the cached prefix,
-# the least recently used entry, before the reusing requests are scheduled. Those then prefill the
-# prefix again: all of them that are scheduled in the same step, because what a step computes is
-# cached only once the step has run; the ones scheduled later find it again. With `lpm`, SGLang
-# moves the requests whose prefix is cached to the front of the queue: they reuse it before the
-# fresh prompts can evict it, and the burst ends sooner. This is the situation cache-aware
-# scheduling is for: a small cache, a queue, and a cached prefix that other work would evict. With
-# a cache large enough for both, or no queue to reorder, the two orders cost the same.
+# The first check confirms the setup: on every server the burst was queued in order while the
+# engine was paused, and no request finished before it resumed. Under `fcfs` SGLang prefills the
+# fresh prompts first; their KV needs room, and the least recently used entry, the shared prefix,
+# is evicted before the reusing requests are scheduled. Those then prefill the prefix again: all of
+# them that are scheduled in the same step, because SGLang inserts what a step computed into the
+# tree only after the step, and FCFS skips the in-batch check described above; the ones scheduled
+# later find it again. With `lpm`, SGLang moves the requests whose prefix is cached to the front of
+# the queue: every one of them reuses it before the fresh prompts can evict it.
+#
+# vLLM has no cache-aware policy, so the printed lines above are what its default order and its
+# block pool give. Which cached blocks a fresh prompt takes is decided by the free queue: blocks
+# never used come first, then cached blocks, least recently freed first and each request's tail
+# first (`BlockPool.get_new_blocks` and `FreeKVCacheBlockQueue` in `vllm/v1/core/block_pool.py`).
+# And vLLM registers a request's full blocks in its prefix cache when it schedules them, so a
+# request scheduled later in the same step can already hit them (`cache_blocks` in
+# `KVCacheManager.allocate_slots`): where SGLang's reusing requests scheduled together all
+# recompute an evicted prefix, vLLM's recompute it once. This is the situation cache-aware scheduling is for: a small
+# cache, a queue, and a cached prefix that other work would evict. With a cache large enough for
+# both, or no queue to reorder, the order costs nothing.
 
 # %% [markdown]
 # ## Caching on and off
@@ -594,91 +708,138 @@ print(cached["SGLang, lpm"] >= cached["SGLang, fcfs"])
 # same comparison needs none: the first `off_requests` few-shot requests ran a second time on each
 # server, the cache emptied before each one, so each prefilled its whole prompt, as it would with
 # the cache off; the engine's own report of zero cached tokens below confirms it. The cached run is
-# the few-shot workload above: the same token ids, one request after another.
+# the few-shot workload above: the same token ids, one request after another. Its first request
+# fills the cache and is left out; the medians compare equivalent requests, so the ratio does not
+# depend on how many were sent (`on_off_ttft` in `servelab/measure/prefix_analysis.py`).
+#
+# This is time to first token of one request at a time, not throughput under load. Throughput with
+# many requests sharing a prefix at once needs a server with the cache really off, since a flushed
+# cache still shares the prefix among requests that run together; this chapter does not measure it.
 
 # %%
-off_runs = {"vllm": vllm_cold, "sglang": sglang_cold}
-on_runs = {"vllm": vllm_hits, "sglang": sglang_hits}
-rows = []
-for engine, label in (("vllm", "vLLM"), ("sglang", "SGLang")):
-    on = on_runs[engine].query("workload == 'few_shot'").iloc[:off_requests]
-    off_requests_run = off_runs[engine]
-    rows.append({"engine": label,
-                 "TTFT on (s, median of requests 2+)": on.ttft_s.iloc[1:].median(),
-                 "TTFT off (s, median of requests 2+)": off_requests_run.ttft_s.iloc[1:].median(),
-                 "tokens/s on": on.prompt_tokens.sum() / on.latency_s.sum(),
-                 "tokens/s off": off_requests_run.prompt_tokens.sum() / off_requests_run.latency_s.sum(),
-                 "cached tokens off": int(off_requests_run.cached_tokens.sum())})
-on_off = pd.DataFrame(rows).set_index("engine")
-on_off["TTFT ratio off/on"] = (on_off["TTFT off (s, median of requests 2+)"]
-                               / on_off["TTFT on (s, median of requests 2+)"])
-on_off["throughput ratio on/off"] = on_off["tokens/s on"] / on_off["tokens/s off"]
-results.save("prefix_on_off", on_off.reset_index(), prof, workload="few_shot", requests=off_requests,
-             kv_tokens=kv_tokens)
-on_off.round(2).T
+from servelab.measure.prefix_analysis import on_off_ttft
+
+off_runs = {"vLLM": vllm_cold, "SGLang": sglang_cold}
+on_runs = {"vLLM": vllm_hits.query("workload == 'few_shot'"), "SGLang": sglang_hits.query("workload == 'few_shot'")}
+on_off = pd.DataFrame({engine: on_off_ttft(on_runs[engine], off_runs[engine]) for engine in on_runs}).T
+results.save("prefix_on_off", on_off.reset_index(names="engine"), prof, workload="few_shot",
+             off_requests=off_requests, kv_tokens=kv_tokens)
+on_off.round(3).T
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-for ax, (engine, label) in zip(axes, (("vllm", "vLLM"), ("sglang", "SGLang")), strict=True):
-    on = on_runs[engine].query("workload == 'few_shot'").iloc[:off_requests]
-    x = np.arange(1, len(on) + 1)
-    ax.plot(x, off_runs[engine].ttft_s, marker="s", linestyle="--", color="grey", label=plots.label("cache off"))
-    ax.plot(x, on.ttft_s, marker="o", color="tab:green", label=plots.label("cache on"))
-    ax.set_xticks(x)
+for ax, engine in zip(axes, on_runs, strict=True):
+    on, off = on_runs[engine], off_runs[engine]
+    ax.plot(np.arange(1, len(off) + 1), off.ttft_s, marker="s", linestyle="--", color="grey",
+            label=plots.label("cache off"))
+    ax.plot(np.arange(1, len(on) + 1), on.ttft_s, marker="o", color="tab:green", label=plots.label("cache on"))
+    ax.set_xticks(np.arange(1, max(len(on), len(off)) + 1))
     plots.axes("few-shot requests, one after another", "request", "time to first token (s)", ax=ax)
-    ax.set_title(f"{label}: {ax.get_title()}")
+    ax.set_title(f"{engine}: {ax.get_title()}")
     ax.legend(fontsize=8)
 axes[0].set_ylim(bottom=0)  # after both panels are drawn, so the shared axis holds every series
 axes[1].set_ylabel("")
 plt.tight_layout()
 plt.show()
+for engine, row in on_off.iterrows():
+    print(f"{engine}: requests 2+ found {row['cached tokens on (median)']:.0f} of {row['prompt tokens (median)']:.0f} "
+          f"tokens cached (median), so they prefilled {row['share of tokens prefilled']:.0%} of the tokens and took "
+          f"{row['share of time left']:.0%} of the time of a request with the cache emptied "
+          f"({row['TTFT ratio off/on']:.1f} times shorter).")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print((on_off["TTFT ratio off/on"] > 1).all(), (on_off["throughput ratio on/off"] > 1).all(),
-      (on_off["cached tokens off"] == 0).all())
+print((on_off["TTFT ratio off/on"] > 1).all(), (on_off["cached tokens off (sum)"] == 0).all(),
+      (on_off["cached tokens on (median)"] > 0).all())
 
 # %% [markdown]
 # With the cache emptied every request prefills its whole prompt; with it on, only the first does.
-# (Throughput here is prompt tokens per second of request time, the requests sent one after
-# another.) Both engines skip most of the prefill's tokens, but they do not save the same share of
-# its time. vLLM's CPU attention backend hands only the new tokens' queries to its kernel
-# (`v1/attention/backends/cpu_attn.py`). SGLang's `torch_native` backend, the one this profile
-# uses on CPU, pads the new queries back to the full sequence and runs attention over all of it
-# (`_run_sdpa_forward_extend` in `sglang/srt/layers/attention/torch_native_backend.py`), so a cached
-# prefix still costs its share of attention; only the layers' matrix products shrink. SGLang's GPU
-# backends do not pad: the Triton backend, for one, computes attention for the new tokens only
-# (`forward_extend` in `triton_backend.py`). How much time a cached token saves is a property of
-# the attention kernel, not of the cache.
+# Both engines skip most of the prefill's tokens, but the time left is not in proportion to the
+# tokens left, and not by the same amount in both engines (the printed lines). A likely reason, read
+# from the sources and not measured here, is the attention kernel. vLLM's CPU attention backend
+# hands only the new tokens' queries to its kernel (`v1/attention/backends/cpu_attn.py`). SGLang's
+# `torch_native` backend, the one the SGLang cell above prints on the cpu profile, pads the new
+# queries back to the full sequence and runs attention over all of it (`_run_sdpa_forward_extend` in
+# `sglang/srt/layers/attention/torch_native_backend.py`), so a cached prefix would still cost its
+# share of attention there; only the layers' matrix products shrink. SGLang's GPU backends do not
+# pad: the Triton backend, for one, computes attention for the new tokens only (`forward_extend` in
+# `triton_backend.py`). A measurement of time to first token at a fixed number of new tokens behind
+# a growing cached prefix, per engine, would test this; this chapter does not make it.
 
 # %% [markdown]
 # ## The verdict on the articles' advice
 #
-# The source articles end with a selection guide. Its second line reads, in the Spanish version,
-# "Agentes de IA y Salida JSON Estructurada: Elija SGLang por su alta tasa de reutilización de
-# caché Radix" (AI agents and structured JSON output: choose SGLang for its high radix-cache reuse
-# rate), and the long comparison adds that SGLang's RadixAttention saves much memory and
-# computation when requests share a lot, such as a chat history. Structured output is a matter of
-# constrained decoding, not of the cache, and is not measured here. For the cache, the
-# measurements of this chapter answer the question, collected in one table:
+# The source articles make three claims about the radix cache. The selection guide's second line
+# reads, in the Spanish version (`seeds/004_ae5155f0df38b2f8.txt`), "Agentes de IA y Salida JSON
+# Estructurada: Elija SGLang por su alta tasa de reutilización de caché Radix" (AI agents and
+# structured JSON output: choose SGLang for its high radix-cache reuse rate); the Korean version
+# (`seeds/002_1feddce1cc294d5b.txt`) credits RadixAttention with "획기적인 속도" (groundbreaking speed)
+# on complex structured prompting. The long Japanese comparison (`seeds/003_dfbb9b238a691daf.txt`)
+# says that SGLang, keeping no duplicate KV, fits larger batches into limited GPU memory, and
+# repeats a throughput figure from the SGLang team's launch post:
 
 # %%
+from IPython.display import Markdown
+
+from servelab.book.quoted_figures import quote_markdown
+
+Markdown(quote_markdown("sglang_lmsys_5x"))
+
+# %% [markdown]
+# That figure compares SGLang with the vLLM of early 2024 (0.2.5), before vLLM cached prefixes by
+# default; this chapter does not measure throughput under load, so it neither confirms nor refutes
+# it for today's versions. Structured output is a matter of constrained decoding, not of the cache,
+# and is not measured here either.
+#
+# Larger batches from shared prefixes can be counted. Both engines hold a shared prefix once: vLLM's
+# blocks are reference-counted and a hit points a request at the same blocks, as SGLang's tree
+# points it at the same nodes. How many requests that share the few-shot system prompt can run at
+# once in this chapter's KV budget, on our two caches (each checked against its engine above),
+# with the prefix shared and with a prefix of the same length that every request holds alone:
+
+# %%
+from servelab.measure.prefix_analysis import concurrent_fit
+
+few = tokens["few_shot"]
+system = next(i for i, (a, b) in enumerate(zip(few[0], few[1], strict=False)) if a != b)
+question = max(len(t) for t in few) - system
+fit = pd.DataFrame([{"cache": label, "prefix": "shared" if sharing else "one each",
+                     "requests at once": concurrent_fit(few[0][:system], question, 64, cache=cache, capacity=capacity,
+                                                        block_size=size, sharing=sharing)}
+                    for label, cache, capacity, size in (("vLLM blocks", "block", vllm_built["usable"],
+                                                          vllm_built["block_size"]),
+                                                         ("SGLang radix tree", "radix", sglang_built["usable"], 1))
+                    for sharing in (True, False)])
+results.save("prefix_concurrent_fit", fit, prof, kv_tokens=kv_tokens, shared_tokens=system, question_tokens=question)
+print(f"Each request: {system} shared tokens and {question} of its own; prompts only, nothing decoded.")
+fit.pivot(index="cache", columns="prefix", values="requests at once")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+per = fit.pivot(index="cache", columns="prefix", values="requests at once")
+print((per["shared"] > per["one each"]).all(),
+      per.loc["SGLang radix tree", "shared"] >= per.loc["vLLM blocks", "shared"])
+
+# %% [markdown]
+# Sharing multiplies the requests that fit, in both caches: the larger batches are real, and not
+# SGLang's alone. The block cache fits fewer, because only full blocks are shared: each request
+# holds its own copy of the shared prefix's last, partly filled block, and its question in whole
+# blocks, so the larger the block, the fewer requests. The simulation admits every request at once
+# with its whole prompt and decodes nothing; a live engine also reserves room for the tokens it
+# will generate. For the cache, the
+# measurements of this chapter are collected in one table:
+
+# %%
+from servelab.measure.prefix_analysis import verdict_table
+
+
 def share(frame):
     return frame.cached_tokens.sum() / frame.prompt_tokens.sum()
 
 
-second_round = {e: share(cycles[(cycles.engine == e) & (cycles["round"] == 2)]) for e in ("vLLM", "SGLang")}
+second_round = cost["second-round hit rate"].to_dict()
 reusers = {c: share(reuse[reuse.configuration == c]) for c in bursts}
-verdict = pd.DataFrame({
-    "vLLM": [f"{rates.loc[w, 'vLLM']:.0%}" for w in ("agent_tree", "multi_turn", "few_shot")]
-    + [f"{second_round['vLLM']:.0%}", f"{reusers['vLLM, fcfs']:.0%}",
-       f"{on_off.loc['vLLM', 'TTFT ratio off/on']:.1f}x"],
-    "SGLang": [f"{rates.loc[w, 'SGLang']:.0%}" for w in ("agent_tree", "multi_turn", "few_shot")]
-    + [f"{second_round['SGLang']:.0%}", f"{reusers['SGLang, fcfs']:.0%} (fcfs), {reusers['SGLang, lpm']:.0%} (lpm)",
-       f"{on_off.loc['SGLang', 'TTFT ratio off/on']:.1f}x"],
-}, index=["agent tree: hit rate", "multi-turn: hit rate", "few-shot: hit rate",
-          "loop that overflows the cache: second-round hit rate", "burst, small cache: reusers' prompt tokens cached",
-          "few-shot: time to first token, cache off / on"])
+verdict = verdict_table(rates, second_round, reusers, on_off["TTFT ratio off/on"].to_dict())
 results.save("prefix_verdict", verdict.reset_index(names="measure"), prof)
 verdict
 
@@ -687,49 +848,60 @@ verdict
 #
 # - **Agents and multi-turn chat.** SGLang's tree finds more than vLLM's blocks, because vLLM
 #   stops at the last full block of what was cached. The gap is less than one vLLM block per
-#   request, so it matters when the new part of each request is short compared with a block:
-#   with this CPU build's large blocks and prompts of a few hundred tokens it shows; with the
-#   16-token blocks that are vLLM's default it nearly vanishes (the block-size plot, and exercise 1).
-#   With a long shared prefix, as in few-shot prompting, both engines reuse almost all of it.
+#   request, so it matters when the new part of each request is short compared with a block. How
+#   large it is for this run's block size, and for another one, is printed below and in
+#   exercise 1; the block-size plot shows the whole curve. With a long shared prefix, as in
+#   few-shot prompting, both engines reuse almost all of it.
 # - **Eviction.** When the working set does not fit, the unit of eviction decides what survives.
 #   In the loop, vLLM's tail-first freeing kept the beginnings of documents that SGLang's
 #   whole-leaf eviction dropped, so here the block cache found more.
 # - **Scheduling.** Under a small cache and a queue, the order of prefills decided more than the
-#   granularity: with the default first-come-first-served order both engines evicted the shared
-#   prefix in the burst and prefilled it again for every reusing request scheduled in the same
-#   step as the first (how many that is varies with the step, so vLLM's and SGLang's fcfs rows
-#   differ); SGLang kept it with `lpm`, an option that is off by default and that falls back to
-#   first come, first served when the queue is long.
-# - **Time.** How much time a cached token saves depends on the attention kernel: on this CPU
-#   profile a vLLM hit saved more time than an SGLang hit of the same size.
+#   granularity. Under SGLang's default `fcfs` the fresh prompts evicted the shared prefix and the
+#   reusing requests scheduled together prefilled it again; `lpm` kept it, an option that is off by
+#   default and that falls back to first come, first served when the queue is long. What vLLM's
+#   `fcfs` kept is printed below.
+# - **Time.** With the cache on, the time left was not in proportion to the tokens left, and not
+#   equally in both engines (the section on caching on and off); the attention kernel is the
+#   likely reason.
+# - **Memory.** Both engines hold a shared prefix once; at the block sizes printed above, the
+#   tree fitted more requests that share one than the blocks did.
 #
 # So "choose SGLang for agents because of its radix cache" overstates the case today: both engines
-# cache prefixes by default, and SGLang's extra hits are bounded by one vLLM block per request. The
-# differences that can matter more, eviction unit and cache-aware scheduling, depend on whether
-# the working set fits the cache, and a deployment can measure that on its own traffic with the
-# tools of this chapter.
+# cache prefixes by default and both share them across running requests. SGLang's extra hits are
+# bounded by one vLLM block per request, and the extra memory a vLLM request holds beside a shared
+# prefix by two (the prefix's partly filled last block, and its own last block). The differences
+# that can matter more, eviction unit and cache-aware scheduling, depend on whether the working set
+# fits the cache, and a deployment can measure that on its own traffic with the tools of this
+# chapter.
 #
 # ## What it means
 #
 # Prefix caching turns repeated prompt tokens into memory reads. Both engines do it, by default,
 # and our two small caches, checked against the engines' own code, predicted every hit the live
-# engines reported in this chapter. The numbers behind the paragraphs above:
+# engines reported in this chapter when requests ran one at a time. The numbers behind the
+# paragraphs above:
 
 # %%
 gap = both.sglang - both.vllm
+other = other_block_size(vllm_built["block_size"])
+small = hit_rate("block", tokens["multi_turn"], block_size=other, capacity=10 * kv_tokens)
 print(f"Largest per-request gap SGLang - vLLM: {gap.max()} tokens (vLLM block: {vllm_built['block_size']} tokens); "
-      f"mean over the {len(both)} requests: {gap.mean():.0f} tokens.")
+      f"mean over the {len(both)} requests: {gap.mean():.0f} tokens. Multi-turn hit rate: SGLang "
+      f"{rates.loc['multi_turn', 'SGLang']:.0%}, vLLM {rates.loc['multi_turn', 'vLLM']:.0%} with "
+      f"{vllm_built['block_size']}-token blocks, {small:.0%} simulated with {other}-token blocks.")
 print(f"Hit rate, agent tree: vLLM {rates.loc['agent_tree', 'vLLM']:.0%}, "
       f"SGLang {rates.loc['agent_tree', 'SGLang']:.0%}; "
       f"control: vLLM {rates.loc['no_sharing', 'vLLM']:.0%}, SGLang {rates.loc['no_sharing', 'SGLang']:.0%}.")
 print(f"Loop over {cycle_documents} documents that overflow a {kv_tokens}-token cache, second round: "
       f"vLLM found {second_round['vLLM']:.0%} of the prompt tokens, SGLang {second_round['SGLang']:.0%}.")
 print(f"Burst: the reusing requests found {reusers['SGLang, fcfs']:.0%} of their prompt cached under SGLang's "
-      f"fcfs and {reusers['SGLang, lpm']:.0%} under lpm (vLLM, fcfs: {reusers['vLLM, fcfs']:.0%}).")
-print(f"Few-shot, time to first token with the cache off / on: vLLM {on_off.loc['vLLM', 'TTFT ratio off/on']:.1f}x, "
-      f"SGLang {on_off.loc['SGLang', 'TTFT ratio off/on']:.1f}x; throughput on / off: "
-      f"vLLM {on_off.loc['vLLM', 'throughput ratio on/off']:.1f}x, "
-      f"SGLang {on_off.loc['SGLang', 'throughput ratio on/off']:.1f}x.")
+      f"fcfs and {reusers['SGLang, lpm']:.0%} under lpm; vLLM, fcfs: {reusers['vLLM, fcfs']:.0%} "
+      f"({found['vLLM, fcfs']} of {burst_reusers} reusing requests found the prefix).")
+print("Few-shot, time to first token with the cache emptied / on: " + ", ".join(
+    f"{e} {row['TTFT ratio off/on']:.1f}x (hits of {row['cached tokens on (median)']:.0f} tokens)"
+    for e, row in on_off.iterrows()) + ".")
+print("Requests sharing the few-shot system prompt that fit at once: " + "; ".join(
+    f"{c} {per.loc[c, 'shared']} shared against {per.loc[c, 'one each']} alone" for c in per.index) + ".")
 
 # %% [markdown]
 # ## Where to read the engines' code
@@ -750,57 +922,48 @@ print(f"Few-shot, time to first token with the cache off / on: vLLM {on_off.loc[
 #    the CPU platform raises it (`vllm/platforms/cpu.py`), and on a GPU it stays unless the attention
 #    backend prefers another size (`update_block_size_for_backend` in `vllm/platforms/interface.py`).
 #    Using the token ids of this run and our block cache, how much of the hit-rate gap to SGLang
-#    remains on each workload with 16-token blocks?
+#    remains on each workload with another block size: 16 tokens, or 128 if this run already uses 16?
 # 2. What is the smallest KV budget at which the second round of the cycle workload finds as much
-#    as it would with an unlimited cache, for each engine's cache?
+#    as it would with an unlimited cache, for each engine's cache? Give it as the `kv_cache_tokens`
+#    a server would be started with.
 # 3. In the multi-turn conversation, how many tokens does each turn prefill beyond its own new
-#    messages, with SGLang's tree and with vLLM blocks of 16 and of this run's size?
+#    messages, with SGLang's tree and with vLLM blocks of this run's size and of the other size of
+#    exercise 1?
 #
-# The solutions are in the hidden cells below.
+# The solutions are in the hidden cells below (the functions are in
+# `servelab/measure/prefix_analysis.py`).
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-# Solution 1: the simulated hit rate at block 16 next to SGLang's measured one (no eviction in these workloads).
-gpu = pd.Series({n: sum(predict_hits("block", tokens[n], block_size=16, capacity=10 * kv_tokens))
-                 / sum(map(len, tokens[n])) for n in hit_workloads})
-gaps = pd.DataFrame({f"gap at block {vllm_built['block_size']} (points)": 100 * (rates.SGLang - rates.vLLM),
-                     "gap at block 16 (points)": 100 * (rates.SGLang - gpu)}).round(1)
-print(gaps)
-print(f"With 16-token blocks the largest gap is {gaps.iloc[:, 1].max():.1f} percentage points "
-      f"({gaps.iloc[:, 1].idxmax()}), against {gaps.iloc[:, 0].max():.1f} "
-      f"with {vllm_built['block_size']}-token blocks.")
+# Solution 1: the measured gap at this run's block size, and the simulated one at another size (no eviction).
+from servelab.measure.prefix_analysis import extra_prefill, gap_table, smallest_budget, vllm_budget_for
+
+gaps = gap_table(rates, tokens, vllm_built["block_size"], capacity=10 * kv_tokens)
+print(gaps.round(1).rename(columns={"measured": f"gap at block {gaps.attrs['block_size']} (points, measured)",
+                                    "simulated": f"gap at block {gaps.attrs['other']} (points, simulated)"}))
+print(f"With {gaps.attrs['other']}-token blocks the largest gap is {gaps.simulated.max():.1f} percentage points "
+      f"({gaps.simulated.idxmax()}), against {gaps.measured.max():.1f} ({gaps.measured.idxmax()}) "
+      f"with this run's {gaps.attrs['block_size']}-token blocks.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-# Solution 2: grow the budget until the second round finds what an unlimited cache finds.
-def smallest_budget(cache, size):
-    best = sum(predict_hits(cache, tokens["cycle"], block_size=size, capacity=10 * kv_tokens)[cycle_documents:])
-    for capacity in range(size, 10 * kv_tokens, size):
-        try:
-            got = predict_hits(cache, tokens["cycle"], block_size=size, capacity=capacity)
-        except ValueError:  # a prompt does not fit at all
-            continue
-        if sum(got[cycle_documents:]) == best:
-            return capacity
-    return None
-
-
-need = {"vLLM": smallest_budget("block", vllm_built["block_size"]), "SGLang": smallest_budget("radix", 1)}
-print(f"The documents hold {sum(map(len, tokens['cycle'][:cycle_documents]))} prompt tokens; the second round "
-      f"finds everything it can from {need['vLLM']} tokens of KV with vLLM's blocks and from {need['SGLang']} "
-      f"with SGLang's tree (this run's budget: {kv_tokens}).")
+# Solution 2: grow the usable KV until the second round finds what an unlimited cache finds.
+need = {"vLLM": smallest_budget("block", tokens["cycle"], cycle_documents, block_size=vllm_built["block_size"],
+                                limit=10 * kv_tokens),
+        "SGLang": smallest_budget("radix", tokens["cycle"], cycle_documents, limit=10 * kv_tokens)}
+flags = {"vLLM": vllm_budget_for(need["vLLM"], vllm_built["block_size"]), "SGLang": need["SGLang"]}
+print(f"The documents hold {sum(map(len, tokens['cycle'][:cycle_documents]))} prompt tokens. The second round "
+      f"finds everything it can with {need['vLLM']} usable tokens of vLLM blocks, that is kv_cache_tokens="
+      f"{flags['vLLM']} (one more block for the null block), and with {need['SGLang']} tokens in SGLang's tree, "
+      f"kv_cache_tokens={flags['SGLang']}. This run used kv_cache_tokens={kv_tokens}: "
+      f"{vllm_built['usable']} usable tokens in vLLM, {sglang_built['usable']} in SGLang.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3: prefilled tokens minus the tokens the turn adds to the previous prompt.
-turns = tokens["multi_turn"]
-new = [len(turns[0])] + [len(b) - len(a) for a, b in zip(turns, turns[1:], strict=False)]
-extra = pd.DataFrame({
-    label: [len(t) - h - n for t, h, n in zip(turns, predict_hits(cache, turns, block_size=size,
-                                                                  capacity=10 * kv_tokens), new, strict=True)]
-    for label, cache, size in (("SGLang", "radix", 1), ("vLLM, block 16", "block", 16),
-                               (f"vLLM, block {vllm_built['block_size']}", "block", vllm_built["block_size"]))},
-    index=[f"turn {i + 1}" for i in range(len(turns))])
+size, other = vllm_built["block_size"], other_block_size(vllm_built["block_size"])
+extra = extra_prefill(tokens["multi_turn"], {"SGLang": ("radix", 1), f"vLLM, block {other}": ("block", other),
+                                             f"vLLM, block {size}": ("block", size)}, capacity=10 * kv_tokens)
 print(extra)
-print(f"After the first turn SGLang prefills {extra.iloc[1:, 0].mean():.0f} extra token(s) per turn on average "
+print(f"After the first turn SGLang prefills {extra['SGLang'].iloc[1:].mean():.0f} extra token(s) per turn on average "
       f"(each turn starts with the whole previous prompt, which is cached; the one-token cap applies to the "
-      f"prompt looked up, not to what it reuses), vLLM {extra.iloc[1:, 1].mean():.0f} with 16-token blocks "
-      f"(the previous prompt's partial last block) and {extra.iloc[1:, 2].mean():.0f} with "
-      f"{vllm_built['block_size']}-token blocks.")
+      f"prompt looked up, not to what it reuses), vLLM {extra[f'vLLM, block {other}'].iloc[1:].mean():.0f} with "
+      f"{other}-token blocks and {extra[f'vLLM, block {size}'].iloc[1:].mean():.0f} with {size}-token blocks "
+      f"(the previous prompt's partial last block).")

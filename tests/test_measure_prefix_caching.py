@@ -20,12 +20,12 @@ import pytest
 
 from servelab.engines.server import Server
 from servelab.measure.kv_capacity import engine_capacity
+from servelab.measure.prefix_burst import common_prefix, pause, reuser_ceiling, run_burst
 from servelab.measure.prefix_cache_live import (
     cache_options,
     chat_token_ids,
     counters,
     predict_hits,
-    run_burst,
     run_cold,
     run_workloads,
     sglang_schedule_facts,
@@ -97,7 +97,7 @@ def _all_agree(row: dict) -> bool:
 def test_ops_are_deterministic_and_exercise_every_operation():
     assert radix_ops(3) == radix_ops(3) and radix_ops(3) != radix_ops(4)
     kinds = {op["op"] for seed in SEEDS for op in radix_ops(seed)}
-    assert kinds == {"insert", "match", "lock", "unlock", "evict"}
+    assert kinds == {"insert", "match", "lock", "unlock", "evict", "snapshot"}
     ops = radix_ops(0)
     result = replay_radix_tree(ops)["results"]
     evictions = [r["evicted"] for op, r in zip(ops, result, strict=True) if op["op"] == "evict"]
@@ -121,6 +121,21 @@ def test_agreement_of_a_tree_with_itself():
     ops = radix_ops(1)
     row = agreement(ops, replay_radix_tree(ops), replay_radix_tree(ops))
     assert _all_agree(row) and row["ops"] == len(ops)
+
+
+def test_snapshots_compare_the_cached_sequences_before_the_final_cleanup():
+    ops = radix_ops(2)
+    ours = replay_radix_tree(ops)
+    assert ours["sequences"] == []  # after the cleanup the tree is empty: comparing it alone proves nothing
+    row = agreement(ops, ours, ours)
+    assert row["snapshot sequences"] > 0 and row["cached sequences agree"]
+    last = max(i for i, op in enumerate(ops) if op["op"] == "snapshot")
+    theirs = {**ours, "results": [dict(r) for r in ours["results"]]}
+    theirs["results"][last]["sequences"] = theirs["results"][last]["sequences"][1:]  # one leaf missing
+    assert not agreement(ops, ours, theirs)["cached sequences agree"]
+    cleanup = ours["results"][-1]["evicted"]
+    assert cleanup > 0 and row["evicted tokens"] == sum(
+        r["evicted"] for op, r in zip(ops, ours["results"], strict=True) if op["op"] == "evict") - cleanup
 
 
 @pytest.mark.engine_venv
@@ -215,7 +230,9 @@ def _fake_server_class():
     """A stand-in engine: streaming completions that report cached tokens, counters on /metrics, a flush."""
 
     class Handler(BaseHTTPRequestHandler):
-        state = {"queries": 0, "hits": 0, "flushes": 0, "cache": set(), "engine": "vllm"}
+        state = {"queries": 0, "hits": 0, "flushes": 0, "cache": set(), "engine": "vllm", "go": threading.Event(),
+                 "pauses": []}
+        state["go"].set()
 
         def _reply(self, code: int, body: str = "", kind: str = "text/plain") -> None:
             self.send_response(code)
@@ -240,6 +257,12 @@ def _fake_server_class():
                 self.state["flushes"] += 1
                 self.state["cache"].clear()
                 return self._reply(200)
+            if self.path.split("?")[0] in ("/pause", "/pause_generation", "/resume", "/continue_generation"):
+                self.state["pauses"].append(self.path)
+                resume = self.path in ("/resume", "/continue_generation")
+                self.state["go"].set() if resume else self.state["go"].clear()
+                return self._reply(200)
+            self.state["go"].wait(10)  # a paused engine holds a request in its queue
             prompt = body["prompt"]
             hit = max((n for n in range(len(prompt)) if tuple(prompt[:n]) in self.state["cache"]), default=0)
             self.state["cache"].update(tuple(prompt[:n]) for n in range(1, len(prompt) + 1))
@@ -296,16 +319,36 @@ def test_counters_read_a_missing_sglang_counter_as_zero(engine_stand_in):
     assert counters(sglang) == {"queries": 7.0, "hits": 3.0}
 
 
-def test_run_burst_sends_in_order_at_once_after_the_warm_up(engine_stand_in):
+def test_run_burst_queues_the_burst_in_order_while_paused_then_resumes(engine_stand_in):
     server, state = engine_stand_in
     shared = list(range(100, 140))
     burst = [[7] * 30, [8] * 30, shared + [1], shared + [2]]
-    frame = run_burst(server, shared + [0], burst, ["new-0", "new-1", "reuse-0", "reuse-1"])
-    assert state["flushes"] == 1
-    assert frame.start_s.is_monotonic_increasing and frame.start_s.iloc[-1] < frame.end_s.iloc[0]
+    frame = run_burst(server, shared + [0], burst, ["new-0", "new-1", "reuse-0", "reuse-1"], stagger_s=0.05,
+                      settle_s=0.1)
+    assert state["flushes"] == 1 and state["pauses"] == ["/pause?mode=keep&clear_cache=false", "/resume"]
+    assert frame.sent_rank.tolist() == [1, 2, 3, 4] and (frame.start_s < 0).all()  # all sent while paused
+    assert (frame.end_s > 0).all()  # none finished before the resume
     assert frame.set_index("request").cached_tokens.to_dict() == {"new-0": 0, "new-1": 0, "reuse-0": 40, "reuse-1": 40}
     assert sorted(frame.finished) == [1, 2, 3, 4]
-    assert frame.set_index("request").loc[["reuse-0", "reuse-1"], "finished"].max() == 2  # short prefills end first
+
+
+def test_pause_speaks_each_engines_endpoint(engine_stand_in):
+    server, state = engine_stand_in
+    sglang = SimpleNamespace(**{**vars(server), "engine": "sglang"})
+    pause(sglang)
+    pause(sglang, resume=True)
+    assert state["pauses"] == ["/pause_generation", "/continue_generation"]
+    with pytest.raises(ValueError, match="unknown engine 'trt'.*vllm, sglang"):
+        pause(SimpleNamespace(engine="trt", url=server.url))
+
+
+def test_reuser_ceiling_is_whole_blocks_of_all_but_the_last_token():
+    assert reuser_ceiling(607, 623, 128) == 512 and reuser_ceiling(607, 623, 1) == 607
+    assert reuser_ceiling(607, 607, 1) == 606 and reuser_ceiling(607, 623, 16) == 592
+    with pytest.raises(ValueError, match="block_size >= 1"):
+        reuser_ceiling(10, 20, 0)
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2 and common_prefix([1, 2], [1, 2, 3]) == 2
+    assert common_prefix([], [1]) == 0
 
 
 def test_run_cold_empties_the_cache_before_every_request(engine_stand_in):
@@ -384,6 +427,8 @@ def test_sglang_schedule_facts_come_from_its_installed_source(require_engine, cp
     facts = sglang_schedule_facts(cpu)
     assert "lpm" in facts["CacheAwarePolicy"] and "fcfs" in facts["CacheAgnosticPolicy"]
     assert isinstance(facts["WAITING_QUEUE_PREFIX_MATCH_MAX"], int) and facts["WAITING_QUEUE_PREFIX_MATCH_MAX"] > 0
+    assert facts["IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD"] == 32  # int(os.environ.get(..., "32")): the default
+    assert facts["IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD"] == 32
 
 
 # ---- both engines live: one server each, a few short requests ---------------------------------------
@@ -486,3 +531,12 @@ def test_smaller_vllm_blocks_find_more_and_token_granularity_the_most(live_hits)
     found = {engine: live_hits[engine]["requests"].cached_tokens.sum() for engine in ("vllm", "vllm-32", "sglang")}
     assert live_hits["vllm-32"]["block_size"] == 32 < live_hits["vllm"]["block_size"]
     assert found["vllm"] < found["vllm-32"] <= found["sglang"], found
+
+
+def test_predicted_radix_hits_come_in_whole_pages_of_the_servers_page_size():
+    a = list(range(300))
+    prompts = [a[:200], a[:250], a[:250]]
+    assert predict_hits("radix", prompts, capacity=4096) == [0, 200, 249]
+    assert predict_hits("radix", prompts, capacity=4096, page_size=64) == [0, 192, 192]  # 200 inserted as 192
+    with pytest.raises(ValueError, match="page_size must be a positive"):
+        predict_hits("radix", prompts, capacity=4096, page_size=0)

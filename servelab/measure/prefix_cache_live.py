@@ -210,26 +210,19 @@ def run_cold(server: Server, prompts: Sequence[list[int]], names: Sequence[str])
     return pd.concat(frames, ignore_index=True)
 
 
-def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names: Sequence[str]) -> pd.DataFrame:
-    """From an empty cache: ``warm`` alone (it caches the shared prefix), then ``burst`` all at once, in order.
-
-    One row per burst request, with ``finished`` (its rank by the end of its response, from 1).
-    """
-    flush(server)
-    send(server, [warm], ["warm-up"])
-    frame = send(server, burst, names, at_once=True)
-    return frame.assign(finished=frame.end_s.rank(method="first").astype(int))
-
-
 def predict_hits(cache: str, prompts: Sequence[Sequence[int]], *, block_size: int = 1,
-                 capacity: int) -> list[int]:
+                 capacity: int, page_size: int = 1) -> list[int]:
     """Cached tokens per request, sent one after another and finished before the next, on our cache.
 
     ``cache="block"``: vLLM's hash-chained blocks, ``capacity // block_size`` usable blocks.
     ``cache="radix"``: SGLang's radix tree holding at most ``capacity`` tokens; a request matches all
     but its last token, locks what it matched, evicts least recently used leaves until its new tokens
-    fit, and its whole prompt is inserted.
+    fit, and its prompt is inserted. With ``page_size`` > 1 (SGLang's paged tree) a hit and an insert
+    are cut down to whole pages (``match_prefix`` and ``cache_finished_req`` in ``radix_cache.py``).
+    Both: strictly sequential requests, no chunked prefill, no output tokens cached.
     """
+    if page_size < 1:
+        raise ValueError(f"page_size must be a positive number of tokens, got {page_size}")
     if cache == "block":
         blocks = BlockHashCache(capacity // block_size, block_size)
         hits = []
@@ -245,21 +238,23 @@ def predict_hits(cache: str, prompts: Sequence[Sequence[int]], *, block_size: in
     tree, hits = RadixTree(), []
     for tokens in prompts:
         match = tree.match_prefix(tokens[:-1])
+        hit = match.length // page_size * page_size
         tree.inc_lock_ref(match.node)
-        shortfall = len(tokens) - match.length - (capacity - tree.total_tokens)
+        shortfall = len(tokens) - hit - (capacity - tree.total_tokens)
         if shortfall > 0:
             tree.evict(shortfall)
-        tree.insert(tokens)
+        tree.insert(tokens[:len(tokens) // page_size * page_size])
         tree.dec_lock_ref(match.node)
-        hits.append(match.length)
+        hits.append(hit)
     return hits
 
 
 def sglang_schedule_facts(profile: Profile) -> dict[str, Any]:
     """Read from SGLang's installed ``schedule_policy.py``: its policies and when cache-aware ones fall back.
 
-    Parsed, not imported (importing SGLang takes tens of seconds): the two policy enums, and the
-    waiting-queue length above which ``lpm`` and ``hrrn`` are replaced by FCFS.
+    Parsed, not imported (importing SGLang takes tens of seconds): the two policy enums, the
+    waiting-queue length above which ``lpm`` and ``hrrn`` are replaced by FCFS, and the default
+    thresholds (tokens) of the in-batch prefix check that cache-aware policies run.
     """
     env = engine_envs.get(profile.sglang_env).require()
     path = (env.site_packages() or env.path) / "sglang" / "srt" / "managers" / "schedule_policy.py"
@@ -267,11 +262,15 @@ def sglang_schedule_facts(profile: Profile) -> dict[str, Any]:
         raise FileNotFoundError(f"SGLang's schedule policy is not at {path}")
     tree = ast.parse(path.read_text())
     facts: dict[str, Any] = {"file": "sglang/srt/managers/schedule_policy.py"}
+    wanted = ("WAITING_QUEUE_PREFIX_MATCH_MAX", "IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD",
+              "IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD")
     for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-            for target in node.targets:
-                if isinstance(target, ast.Name) and target.id == "WAITING_QUEUE_PREFIX_MATCH_MAX":
-                    facts[target.id] = node.value.value
+        names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name) and t.id in wanted]
+        if names and isinstance(node.value, ast.Constant):
+            facts[names[0]] = node.value.value
+        elif names:  # int(os.environ.get(NAME, "32")): the default
+            defaults = [c for c in ast.walk(node.value) if isinstance(c, ast.Constant) and c.value != names[0]]
+            facts[names[0]] = int(defaults[-1].value) if defaults else None
         if isinstance(node, ast.ClassDef) and node.name in ("CacheAwarePolicy", "CacheAgnosticPolicy"):
             facts[node.name] = [s.value.value for s in node.body
                                 if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)]

@@ -40,8 +40,10 @@ def radix_ops(seed: int, num_requests: int = 40, vocab: int = 6, max_len: int = 
 
     Each request's tokens continue an earlier sequence (multi-turn), branch off inside one, repeat a
     prefix of one (the match ends inside a node, which splits it) or start afresh; a small ``vocab``
-    makes fresh sequences share short prefixes by chance too. At the end every lock is released and
-    the whole tree is evicted, so the final counts are comparable too.
+    makes fresh sequences share short prefixes by chance too. After every eviction, and once more
+    before the end, a ``snapshot`` op reads the cached sequences (every leaf's path). At the end every
+    lock is released and the whole tree is evicted (the cleanup, the last op), so the final counts are
+    comparable too.
     """
     rng = random.Random(seed)
 
@@ -74,6 +76,8 @@ def radix_ops(seed: int, num_requests: int = 40, vocab: int = 6, max_len: int = 
             ops.append({"op": "unlock", "handle": locked.pop(rng.randrange(len(locked)))})
         if rng.random() < evict_p:
             ops.append({"op": "evict", "num_tokens": rng.randint(1, max_evict)})
+            ops.append({"op": "snapshot"})
+    ops.append({"op": "snapshot"})
     ops += [{"op": "unlock", "handle": h} for h in locked]
     ops.append({"op": "evict", "num_tokens": 10**9})
     return ops
@@ -98,8 +102,11 @@ def replay_radix_tree(ops: Sequence[Op], tree: RadixTree | None = None) -> dict[
             out = {"delta": tree.dec_lock_ref(handles[op["handle"]])}
         elif kind == "evict":
             out = {"evicted": tree.evict(op["num_tokens"])}
+        elif kind == "snapshot":
+            out = {"sequences": sorted(list(s) for s in tree.sequences())}
         else:
-            raise ValueError(f"unknown op {kind!r} at index {i}; accepted: insert, match, lock, unlock, evict")
+            raise ValueError(f"unknown op {kind!r} at index {i}; accepted: insert, match, lock, unlock, evict, "
+                             "snapshot")
         out.update(total=tree.total_tokens, evictable=tree.evictable_tokens, protected=tree.protected_tokens)
         results.append(out)
     return {"results": results, "sequences": sorted(list(s) for s in tree.sequences())}
@@ -121,8 +128,16 @@ def sglang_radix_replay(profile: Profile, runs: Sequence[Sequence[Op]], timeout:
 
 
 def agreement(ops: Sequence[Op], ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
-    """One row: does every match length, eviction, lock delta, token count and final tree agree."""
+    """One row: does every match length, eviction, lock delta, token count and cached-sequence snapshot agree.
+
+    ``evicted tokens`` leaves out the last op, the cleanup that empties the tree; ``snapshot sequences``
+    counts the cached sequences over all snapshots (taken before that cleanup), so it is not 0 when
+    the snapshots compared something.
+    """
     kinds = [op["op"] for op in ops]
+    last_evict = max(i for i, k in enumerate(kinds) if k == "evict") if "evict" in kinds else -1
+    snaps = [(a["sequences"], b["sequences"]) for k, a, b in zip(kinds, ours["results"], theirs["results"],
+                                                                  strict=True) if k == "snapshot"]
 
     def same(kind: str, key: str) -> bool:
         return all(a[key] == b[key] for k, a, b in zip(kinds, ours["results"], theirs["results"], strict=True)
@@ -132,14 +147,16 @@ def agreement(ops: Sequence[Op], ours: dict[str, Any], theirs: dict[str, Any]) -
     return {
         "ops": len(ops),
         "matched tokens": sum(r["length"] for k, r in zip(kinds, ours["results"], strict=True) if k == "match"),
-        "evicted tokens": sum(r["evicted"] for k, r in zip(kinds, ours["results"], strict=True) if k == "evict"),
+        "evicted tokens": sum(r["evicted"] for i, (k, r) in enumerate(zip(kinds, ours["results"], strict=True))
+                              if k == "evict" and i != last_evict),
+        "snapshot sequences": sum(len(a) for a, _ in snaps),
         "match lengths agree": same("match", "length"),
         "insert prefixes agree": same("insert", "prefix_len"),
         "evictions agree": same("evict", "evicted"),
         "lock deltas agree": same("lock", "delta") and same("unlock", "delta"),
         "token counts agree": all(a[c] == b[c] for a, b in zip(ours["results"], theirs["results"], strict=True)
                                   for c in counts),
-        "cached sequences agree": ours["sequences"] == theirs["sequences"],
+        "cached sequences agree": bool(snaps) and all(a == b for a, b in snaps),
     }
 
 

@@ -11,6 +11,7 @@ and each op is one of
     {"op": "lock", "handle": i}            -> {"delta": d}    (inc_lock_ref on match i's node)
     {"op": "unlock", "handle": i}          -> {"delta": d}    (dec_lock_ref)
     {"op": "evict", "num_tokens": n}       -> {"evicted": n}
+    {"op": "snapshot"}                     -> {"sequences": [...]}  (every cached leaf's token path)
 
 and after every op the tree's total, evictable and protected token counts. At the end of a run: every
 cached leaf sequence. Prints {"sglang": version, "runs": [{"results": [...], "sequences": [...]}, ...]}.
@@ -66,8 +67,10 @@ def _replay(cache_factory, params, ops: list[dict]) -> dict:
             out = {"delta": int(cache.dec_lock_ref(handles[op["handle"]]).delta)}
         elif kind == "evict":
             out = {"evicted": int(cache.evict(EvictParams(num_tokens=op["num_tokens"])).num_tokens_evicted)}
+        elif kind == "snapshot":
+            out = {"sequences": _leaf_sequences(cache)}
         else:
-            raise SystemExit(f"unknown op {kind!r} at {i}; accepted: insert, match, lock, unlock, evict")
+            raise SystemExit(f"unknown op {kind!r} at {i}; accepted: insert, match, lock, unlock, evict, snapshot")
         out.update(total=int(cache.total_size()), evictable=int(cache.evictable_size()),
                    protected=int(cache.protected_size()))
         results.append(out)

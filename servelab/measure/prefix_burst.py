@@ -1,0 +1,98 @@
+"""Chapter 03's burst: fresh prompts queued ahead of requests that reuse a cached prefix, on a live engine.
+
+Which requests a scheduler takes first decides, under a small cache, whether a cached prefix survives
+until the requests that need it run. To make the queue's order certain on every machine, the engine is
+paused while the burst arrives (a GPU would otherwise prefill the first request before the last one is
+sent), and resumed once all of it waits: the scheduler then sees every request at once, in the order
+sent. :func:`reuser_ceiling` is the most a reuser can find in a block cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import pandas as pd
+from openai import AsyncOpenAI
+
+from servelab.engines.server import Server
+from servelab.measure.prefix_cache_live import _one, flush, send
+
+# How each engine holds new requests in its queue without scheduling them, and lets them go: vLLM's
+# ``/pause?mode=keep`` (dev mode; ``PAUSED_ALL``: ``schedule`` takes nothing, ``vllm/v1/engine/core.py``),
+# SGLang's ``/pause_generation`` in place (the tokenizer manager holds new requests until
+# ``/continue_generation``, ``tokenizer_manager.py``).
+PAUSE = {"vllm": ("/pause?mode=keep&clear_cache=false", None, "/resume", None),
+         "sglang": ("/pause_generation", {"mode": "in_place"}, "/continue_generation", {})}
+
+
+def pause(server: Server, *, resume: bool = False) -> None:
+    """Stop the engine from scheduling (queued requests wait), or with ``resume=True`` let it go on."""
+    if server.engine not in PAUSE:
+        raise ValueError(f"unknown engine {server.engine!r}; accepted: {', '.join(PAUSE)}")
+    stop, stop_body, go, go_body = PAUSE[server.engine]
+    path, body = (go, go_body) if resume else (stop, stop_body)
+    httpx.post(server.url + path, json=body, timeout=60).raise_for_status()
+
+
+async def _held(server: Server, names: Sequence[str], prompts: Sequence[list[int]], stagger_s: float,
+                settle_s: float) -> tuple[list[dict[str, Any]], float]:
+    client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
+    t0 = time.perf_counter()
+
+    async def release() -> float:
+        await asyncio.sleep(len(prompts) * stagger_s + settle_s)
+        await asyncio.to_thread(pause, server, resume=True)
+        return time.perf_counter() - t0
+
+    try:
+        *rows, resumed = await asyncio.gather(*(_one(client, server.served_model, n, p, i * stagger_s, t0, 1)
+                                                for i, (n, p) in enumerate(zip(names, prompts, strict=True))),
+                                              release())
+    finally:
+        await client.close()
+    return list(rows), resumed
+
+
+def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names: Sequence[str], *,
+              stagger_s: float = 0.2, settle_s: float = 0.5) -> pd.DataFrame:
+    """From an empty cache: ``warm`` alone (it caches the shared prefix), then ``burst`` queued in order.
+
+    The engine is paused while the burst arrives, ``stagger_s`` apart, so every request is queued, in
+    this order, before the scheduler sees any of them; it resumes ``settle_s`` after the last one. One
+    row per burst request: times from the resume (``start_s`` negative: sent while paused),
+    ``finished`` (its rank by the end of its response, from 1), and ``sent_rank`` (by send time).
+    """
+    flush(server)
+    send(server, [warm], ["warm-up"])
+    pause(server)
+    coro = _held(server, list(names), [list(p) for p in burst], stagger_s, settle_s)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        rows, resumed = asyncio.run(coro)
+    else:  # inside Jupyter: a private loop in a worker thread
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            rows, resumed = pool.submit(asyncio.run, coro).result()
+    frame = pd.DataFrame(rows)
+    frame[["start_s", "end_s"]] -= resumed
+    return frame.assign(finished=frame.end_s.rank(method="first").astype(int),
+                        sent_rank=frame.start_s.rank(method="first").astype(int))
+
+
+def reuser_ceiling(shared_tokens: int, prompt_tokens: int, block_size: int) -> int:
+    """The most tokens a request can find cached when its first ``shared_tokens`` were cached before:
+    all but its last token at most, in whole blocks of ``block_size`` (1: SGLang's tree, page size 1)."""
+    if block_size < 1 or shared_tokens < 0 or prompt_tokens < 1:
+        raise ValueError(f"need block_size >= 1, shared_tokens >= 0, prompt_tokens >= 1; got {block_size}, "
+                         f"{shared_tokens}, {prompt_tokens}")
+    return min(shared_tokens, prompt_tokens - 1) // block_size * block_size
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
