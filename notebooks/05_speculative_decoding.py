@@ -483,8 +483,11 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 # one prompt lookup speeds up most, and across the four tasks the speedups are ranked like the
 # tokens per verification (Spearman's rank correlation above 0.5; two tasks whose gains are both
 # within timing noise of 1 may swap places): the gain follows what the counters say was accepted.
-# Prompt lookup's small "c that fits" is the cost of looking up and of the extra bookkeeping per
-# step, which the theory leaves out.
+# Prompt lookup's "c that fits" stands for the cost of looking up and of the extra bookkeeping per
+# step, which the theory leaves out. It is small, and it can come out negative: the plain and the
+# speculative answers were timed at different moments, one request each, so a few percent of
+# timing noise on a shared machine (the control task, where almost nothing was accepted, shows
+# its size) is a c of that size.
 #
 # ### A draft model made from the target
 #
