@@ -35,7 +35,7 @@ engines = ["vllm", "sglang"]   # measured one after the other, in this order
 input_tokens = 64              # random prompts: tokens per prompt
 output_tokens = 16             # tokens every request generates (EOS ignored)
 concurrencies = [1, 4, 8]      # random prompts: client-side limits on requests in flight
-waves = 1                      # random prompts: a limit c sends waves x c prompts (at least 4)
+waves = 2                      # random prompts: a limit c sends waves x c prompts (at least 4)
 rates = [2.0, 8.0]             # random prompts: Poisson arrival rates, requests per second
 rate_prompts = 6               # prompts per request rate
 long_fraction = 0.25           # long prompts: a fraction of the profile's max_model_len
@@ -48,6 +48,9 @@ conversations = 2              # multi-turn (chapter 03's set): conversations, a
 turns = 3                      # multi-turn: turns per conversation
 
 # %%
+import shlex
+from pathlib import Path
+
 import pandas as pd
 from matplotlib import pyplot as plt
 
@@ -55,34 +58,46 @@ from servelab.book import banner, plots, results
 from servelab.book.claims import load as load_ledger
 from servelab.book.selection_guide import guide
 from servelab.engines import flags
-from servelab.engines.server import running
 from servelab.measure import head_to_head as h2h
 from servelab.measure import recipes
+from servelab.measure.kv_capacity import engine_capacity
 
 prof = banner.start(profile)
-pd.set_option("display.max_colwidth", 120)
+pd.set_option("display.max_colwidth", None)
 
 # %% [markdown]
 # ## The runs
 #
-# Four workloads. Random prompts, first with a limit on the requests in flight (the client keeps
-# that many busy until all are sent), then with requests arriving at random times at a fixed mean
-# rate and no limit. Shared prefixes, from the benchmark's `prefix_repetition` dataset: a few long
-# prefixes, each followed by a short distinct suffix, where the engines' prefix caches should
-# help. Long prompts, a quarter of the context window each. And chapter 03's multi-turn
-# conversations, where every turn re-sends the conversation so far: rendered with the model's chat
-# template into a JSONL file and sent as the benchmark's `custom` dataset in file order, turn one of
-# every conversation before turn two of any. With a concurrency equal to the number of
-# conversations, a turn is sent once some request of the turn before has finished, not necessarily
-# its own parent. Lengths that depend on the model come from the profile's context window.
-# vLLM's `custom` dataset reads its file with pandas, which vLLM's CPU venv does not install, so
-# `servelab/engines/engine_side/vllm_bench_runs.py` reads the same lines with `json`; that is the one
-# change to the client, and it runs every run of both engines in one process with vLLM's `main`.
+# Four workloads. Random prompts, first with a limit c on the requests in flight (the client sends
+# `waves` x c prompts, at least four, never more than c at a time), then with requests arriving at
+# random times at a fixed mean rate and no limit. Shared prefixes, from the benchmark's
+# `prefix_repetition` dataset: a few long prefixes, each followed by a short distinct suffix, where
+# the engines' prefix caches should help. Long prompts, a quarter of the context window each. And
+# chapter 03's multi-turn conversations, where every turn re-sends the conversation so far: rendered
+# with the model's chat template into a JSONL file and sent as the benchmark's `custom` dataset in
+# file order, turn one of every conversation before turn two of any. With a concurrency equal to the
+# number of conversations, a turn is sent once some request of the turn before has finished, not
+# necessarily its own parent. The assistant turns are chapter 03's fixed texts, not what the engine
+# generated, so this set exercises the reuse of re-sent prompts, not of generated tokens. Lengths
+# that depend on the model come from the profile's context window. vLLM's `custom` dataset reads
+# its file with pandas, which vLLM's CPU venv does not install, so
+# `servelab/engines/engine_side/vllm_bench_runs.py` reads the same lines with `json`; that is the
+# one change to the client, and it runs every run of both engines in one process with vLLM's
+# `main`.
+#
+# Every run has its own seed (the table's last column), so no two runs send the same prompts: with
+# one seed for all, the benchmark builds the same random prompts in every run, and an engine that
+# caches prefixes across runs would serve later runs from its cache. Before the measured runs each
+# server gets a short warm-up run with a seed of its own, not reported, so that one-off start-up
+# costs do not land on the first measured run.
 #
 # The table lists every run. Each engine serves with the profile's settings, the same for both: the
-# model, the data type and the KV budget in tokens where the profile sets one (a profile without one
-# passes its memory share instead, which the two engines read differently, as the recipes section
-# below shows). Everything else is each engine's default, prefix caching included.
+# model, the data type, the context window, the requests at once, and one KV budget in tokens, the
+# profile's where it sets one, else two full-length requests. Both engines get the budget in
+# tokens, not a memory share, since the two engines read a memory share differently (the recipes
+# section below shows how). Prefix caching is on, each engine's default. The profile also adds flags
+# of its own to each engine; the cell after the runs prints both servers' full command lines and
+# the environment servelab sets for them.
 
 # %%
 runs = h2h.plan(prof.max_model_len, input_tokens=input_tokens, concurrencies=concurrencies, waves=waves, rates=rates,
@@ -90,7 +105,7 @@ runs = h2h.plan(prof.max_model_len, input_tokens=input_tokens, concurrencies=con
                 prefix_fraction=prefix_fraction, suffix_tokens=suffix_tokens, prefixes=prefixes,
                 prefix_prompts=prefix_prompts, conversations=conversations, turns=turns, seed=seed)
 pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max concurrency": r.concurrency,
-               "request rate": r.rate, "dataset arguments": " ".join(r.dataset)} for r in runs])
+               "request rate": r.rate, "dataset arguments": " ".join(r.dataset), "seed": r.seed} for r in runs])
 
 # %% [markdown]
 # ## Head-to-head
@@ -100,36 +115,68 @@ pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max
 # cpu profile they share its cores, for both engines alike.
 
 # %%
-parts = []
+kv_tokens = prof.kv_cache_tokens or 2 * prof.max_model_len  # one KV budget, in tokens, for both engines
+warm = h2h.warm_up(runs)
+parts, per_request, capacity, launched = [], [], {}, {}
 for engine in engines:
-    with running(engine, prof) as server:
-        parts.append(h2h.measure(server, runs, output_tokens=output_tokens, seed=seed))
+    with h2h.serving(engine, prof, kv_cache_tokens=kv_tokens) as server:
+        capacity[engine] = engine_capacity(server)
+        launched[engine] = {"argv": server.spec.argv, "env": {**server.spec.env, **server.extra_env}}
+        summary, sent = h2h.measure(server, runs, output_tokens=output_tokens, warm=warm)
+        parts.append(summary)
+        per_request.append(sent)
 table = pd.concat(parts, ignore_index=True)
-saved = results.save("head_to_head", table, prof, output_tokens=output_tokens, seed=seed,
-                     runs=[{"name": r.name, "dataset": list(r.dataset)} for r in runs])
-table[["engine", "run", "completed", "failed", "duration", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms", "p90_itl_ms",
-       "output_throughput"]].round(1)
+requests_sent = pd.concat(per_request, ignore_index=True)
+saved = results.save("head_to_head", table, prof, output_tokens=output_tokens, seed=seed, kv_cache_tokens=kv_tokens,
+                     capacity=capacity, warm_up_seed=warm.seed,
+                     runs=[{"name": r.name, "dataset": list(r.dataset), "seed": r.seed} for r in runs])
+results.save("head_to_head_requests", requests_sent, prof)
+table[["engine", "run", "completed", "failed", "cached_tokens", "duration", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms",
+       "p90_itl_ms", "output_throughput"]].round(1)
+
+# %% [markdown]
+# The servers as they ran: each command line and the environment servelab set for it, and the KV
+# capacity each engine reports having built from the same budget. The `cached_tokens` column above
+# is the growth of each engine's own counter of prompt tokens served from its prefix cache
+# (`vllm:prefix_cache_hits`, `sglang:cached_tokens`), read from the server before and after each
+# run.
+
+# %%
+for engine, launch in launched.items():
+    print(f"{engine}:", shlex.join([Path(launch["argv"][0]).name, *launch["argv"][1:]]))
+    print("  environment set by servelab:", launch["env"] or "nothing")
+pd.DataFrame(capacity).T
 
 # %%
 # NBVAL_CHECK_OUTPUT
 by = table.set_index(["engine", "run"])
 light, heavy = f"random, concurrency {min(concurrencies)}", f"random, concurrency {max(concurrencies)}"
+# both engines built the same KV capacity from the budget, within one block
+print(abs(capacity["vllm"]["usable"] - capacity["sglang"]["usable"]) <= max(c["block_size"] for c in capacity.values()))
 # every request of every run completed on both engines, none failed
 print(bool((table.completed == table.prompts).all() and (table.failed == 0).all()))
-for engine in engines:
-    # more requests in flight raise each engine's output throughput ...
-    print(by.loc[(engine, heavy), "output_throughput"] > by.loc[(engine, light), "output_throughput"])
-    # ... and its median time to first token (requests wait for each other)
-    print(by.loc[(engine, heavy), "p50_ttft_ms"] > by.loc[(engine, light), "p50_ttft_ms"])
+# no random-prompt run got a single prefix-cache hit on either engine (each engine's own counter) ...
+print(bool((table[table.workload.eq("random")].cached_tokens == 0).all()))
+# ... while the same counters saw the shared-prefix run's hits on both engines
+print(bool((table[table.workload.eq("shared_prefix")].cached_tokens > 0).all()))
+# both engines were sent and returned the same numbers of tokens in every run
+tokens = table.pivot(index="run", columns="engine", values=["total_input_tokens", "total_output_tokens"])
+print(bool((tokens.xs("vllm", axis=1, level=1) == tokens.xs("sglang", axis=1, level=1)).all().all()))
+# more requests in flight raise each engine's output throughput
+print(*(by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "output_throughput"] for e in engines))
 
 # %% [markdown]
 # The first figure is the concurrency sweep. Each line is the median, the shaded band runs from
-# the median to the 90th percentile, and the markers are the 99th; throughput is output tokens per
-# second over the whole run. The axes start at zero, so the ratios between the lines can be read
-# off the picture.
+# the median to the 90th percentile, and the markers are the largest value of the run: with at most
+# a few dozen requests per run, a 99th percentile would only be the largest value interpolated, so
+# the figure shows the largest itself (from the saved per-request times). Throughput is output
+# tokens per second over the whole run. The axes start at zero, so the ratios between the lines can
+# be read off the picture. Each run is a handful of requests measured once: differences of a few
+# percent between the engines are within what a second run could change.
 
 # %%
 colors = {"vllm": "tab:blue", "sglang": "tab:orange"}
+table = table.merge(h2h.maxima(requests_sent), on=["engine", "run"], how="left")
 sweep = table[table.workload.eq("random") & table.concurrency.notna()]
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), constrained_layout=True)
 for engine, rows in sweep.groupby("engine", sort=False):
@@ -138,10 +185,10 @@ for engine, rows in sweep.groupby("engine", sort=False):
         ax.plot(rows.concurrency, rows[f"p50_{metric}_ms"], "-o", color=colors[engine], label=engine)
         ax.fill_between(rows.concurrency, rows[f"p50_{metric}_ms"], rows[f"p90_{metric}_ms"], color=colors[engine],
                         alpha=0.2)
-        ax.plot(rows.concurrency, rows[f"p99_{metric}_ms"], "x", color=colors[engine])
+        ax.plot(rows.concurrency, rows[f"max_{metric}_ms"], "x", color=colors[engine])
     axes[2].plot(rows.concurrency, rows.output_throughput, "-o", color=colors[engine], label=engine)
-plots.axes("Time to first token", "requests in flight (limit)", "ms (p50 line, p90 band, p99 x)", ax=axes[0])
-plots.axes("Inter-token latency", "requests in flight (limit)", "ms (p50 line, p90 band, p99 x)", ax=axes[1])
+plots.axes("Time to first token", "requests in flight (limit)", "ms (p50 line, p90 band, largest x)", ax=axes[0])
+plots.axes("Inter-token latency", "requests in flight (limit)", "ms (p50 line, p90 band, largest x)", ax=axes[1])
 plots.axes("Output throughput", "requests in flight (limit)", "tokens/s", ax=axes[2])
 for ax in axes:
     ax.set_ylim(bottom=0)
@@ -165,11 +212,11 @@ for engine, rows in by_rate.groupby("engine", sort=False):
     for ax, metric in zip(axes[:2], ("ttft", "itl"), strict=True):
         ax.plot(rows.rate, rows[f"p50_{metric}_ms"], "-o", color=colors[engine], label=engine)
         ax.fill_between(rows.rate, rows[f"p50_{metric}_ms"], rows[f"p90_{metric}_ms"], color=colors[engine], alpha=0.2)
-        ax.plot(rows.rate, rows[f"p99_{metric}_ms"], "x", color=colors[engine])
+        ax.plot(rows.rate, rows[f"max_{metric}_ms"], "x", color=colors[engine])
     axes[2].plot(rows.rate, rows.request_throughput, "-o", color=colors[engine], label=engine)
 axes[2].plot(rates, rates, ":", color="grey", label=plots.label("sent"))
-plots.axes("Time to first token", "request rate (req/s)", "ms (p50 line, p90 band, p99 x)", ax=axes[0])
-plots.axes("Inter-token latency", "request rate (req/s)", "ms (p50 line, p90 band, p99 x)", ax=axes[1])
+plots.axes("Time to first token", "request rate (req/s)", "ms (p50 line, p90 band, largest x)", ax=axes[0])
+plots.axes("Inter-token latency", "request rate (req/s)", "ms (p50 line, p90 band, largest x)", ax=axes[1])
 plots.axes("Completed requests", "request rate (req/s)", "requests/s", ax=axes[2])
 for ax in axes:
     ax.set_ylim(bottom=0)
@@ -202,22 +249,32 @@ for engine in engines:
     wait = by.loc[(engine, heavy), "p50_ttft_ms"] / by.loc[(engine, light), "p50_ttft_ms"]
     print(f"{engine}: from {min(concurrencies)} to {max(concurrencies)} requests in flight, throughput x{gain:.1f}, "
           f"median TTFT x{wait:.1f}.")
+print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV block: vLLM "
+      f"{capacity['vllm']['block_size']} tokens, SGLang {capacity['sglang']['block_size']} token(s).")
 
 # %% [markdown]
 # ### What these numbers can and cannot tell about GPUs
 #
 # They can tell how the two engines' schedulers, caches and HTTP front ends behave under the same
-# requests: whether throughput grows with the requests in flight, whether TTFT climbs with load
-# (the ledger's `concurrency-raises-ttft`), whether a shared prefix or a re-sent conversation gets
-# cheaper, and how each engine ranks within this run. They cannot tell how fast either engine is
-# on a GPU. Here a small model runs in float32 on two CPU cores that the benchmark client shares
-# with the server, and the engines use their CPU attention back ends (`torch_native` for SGLang).
-# On a GPU the CUDA kernels, CUDA graphs and overlap schedulers that decide the ranking are in play,
-# and none of them is measured here. The engines' Python front ends (HTTP, tokenization, streaming)
-# cost a roughly fixed time per request and per token, whose share of a step is different on a GPU,
-# where a step of the same model is much shorter. So the ratios above are this machine's, for this
-# model, at these versions; the way to rank the engines for a deployment is to run this notebook
-# with a GPU profile, where the same cells measure them on the GPU.
+# requests: whether throughput grows with the requests in flight, whether TTFT climbs with load (the
+# ledger's `concurrency-raises-ttft`), whether a shared prefix or a re-sent conversation gets
+# cheaper, and how each engine ranks within this run. On the cpu profile they cannot tell how fast
+# either engine is on a GPU. There a small model runs in float32 on the machine's CPU cores, which
+# the benchmark client shares with the server (the profile, model and block sizes are printed
+# above). The two engines do not run comparable code there either: SGLang runs without its CPU
+# kernels (servelab's stand-in for `sgl_kernel` registers no op, so SGLang's AMX paths stay off and
+# its torch fallbacks run), with the `torch_native` attention back end and one OpenMP thread, while
+# vLLM runs its compiled CPU kernels; the command lines printed after the runs show both. So on cpu
+# the engine-against-engine ratios rank these two set-ups, not the engines, and the selection guide
+# below does not lean on them there. vLLM's CPU platform also uses 128-token KV blocks
+# (`vllm/platforms/cpu.py`), larger than its GPU default (`CacheConfig.DEFAULT_BLOCK_SIZE`), and a
+# prefix is cached only in whole blocks: that shapes the shared-prefix and multi-turn runs. On a GPU
+# the CUDA kernels, CUDA graphs and overlap schedulers that decide the ranking are in play, and none
+# of them is measured on cpu. The engines' Python front ends (HTTP, tokenization, streaming) cost a
+# roughly fixed time per request and per token, whose share of a step is different on a GPU, where a
+# step of the same model is much shorter. So the ratios above are this machine's, for this model, at
+# these versions; the way to rank the engines for a deployment is to run this notebook with a GPU
+# profile, where the same cells measure them on the GPU.
 #
 # ## Deployment recipes
 #
@@ -232,22 +289,29 @@ for engine in engines:
 # (`sglang/srt/arg_groups/fields/parallel.py`). Every command below was handed to its engine's own
 # parser, in the venv the profile uses, without starting anything: vLLM's `vllm serve` entry point
 # and engine-argument classes, SGLang's `sglang serve` up to its resolved server arguments (hub
-# models it cannot read here are given a stand-in config with their shape; `servelab/engines/flags.py`).
-# The ledger rows these commands settle: `vllm-articles-command-valid`, `vllm-tp-flag`,
-# `vllm-ray-multinode`, `sglang-tp-dp` and `sglang-no-multinode-docs`.
+# models it cannot read here are given a stand-in config with their shape;
+# `servelab/engines/flags.py`). The ledger rows these commands settle:
+# `vllm-articles-command-valid`, `vllm-tp-flag`, `vllm-ray-multinode`, `sglang-tp-dp` and
+# `sglang-no-multinode-docs`.
 
 # %%
 book = recipes.load()
 verdicts = recipes.table(book)
 results.save("deployment_recipes", verdicts, prof)
-verdicts[["engine", "setting", "id", "form", "command", "accepted", "engine's error", "checked with"]]
+gpus = {r.id: r.gpu for r in book.recipes}
+for _, row in verdicts.iterrows():
+    where = f", {gpus[row.id]}" if row.form == "recipe" else ""
+    error = row["engine's error"]
+    print(f"[{row.engine}, {row.setting}{where}, {row.id}, {row.form}] accepted: {row.accepted} "
+          f"({row['checked with']})\n  {row.command}" + (f"\n  error: {error}" if error else ""))
 
 # %%
 # NBVAL_CHECK_OUTPUT
 recipe_rows = verdicts[verdicts.form == "recipe"]
 # every recipe is accepted by its engine's parser
 print(bool(recipe_rows.accepted.all()), len(recipe_rows) == len(book.recipes))
-# every corrected article command is accepted; the articles' removed vLLM flags and SGLang arguments are not
+# every corrected article command is accepted; the articles' removed vLLM flags and SGLang arguments
+# are not
 print(bool(verdicts[verdicts.form == "corrected"].accepted.all()),
       not verdicts.loc[verdicts.id.eq("vllm-removed-speculative-flags") & verdicts.form.ne("corrected"),
                        "accepted"].any())
@@ -268,12 +332,17 @@ for r in book.recipes:
 # ### Every flag, and what it trades
 #
 # Two flags are often read as the same thing and are not. vLLM's `--gpu-memory-utilization` is
-# the share of the GPU's *total* memory the whole instance may use: weights, activations, CUDA
-# graphs and the KV cache, which gets what is left after a profiling run. SGLang's
-# `--mem-fraction-static` covers only the *static* part, weights plus the KV pool; activations and
-# CUDA graph buffers must fit in the rest. So the same number gives SGLang the larger KV pool and
-# the smaller headroom. Both definitions, and the defaults, are read here from the engines' own
-# classes and source.
+# a share of the GPU's *total* memory: the instance may use total memory times the fraction
+# (`vllm/v1/worker/utils.py`, `request_memory`) for weights, activations, CUDA graphs and the KV
+# cache, which gets what is left after a profiling run. SGLang's `--mem-fraction-static` is
+# described in its own docstring as (model weights + KV cache pool) / GPU memory capacity, printed
+# below, but its code computes something else: the KV pool gets the memory free once the weights
+# are loaded, minus (1 - fraction) times the memory that was free before they were loaded, after
+# distributed start-up, the minimum over ranks (`_profile_available_bytes` in
+# `sglang/srt/mem_cache/kv_cache_configurator.py`; `measure_pre_model_load_memory` in
+# `sglang/srt/distributed/bootstrap.py`). The fraction sets the slack left for activations and
+# CUDA graph buffers, of the memory free before loading, not of the total. The defaults are read
+# here from the engines' own classes and source.
 
 # %%
 defaults = recipes.memory_defaults(prof)
@@ -288,25 +357,50 @@ print("SGLang's default when mem_fraction_static is unset (handle_gpu_memory_set
 for line, found in s["code"].items():
     print(f"  {found}: {line}")
 
+# %% [markdown]
+# A parser accepts a command whatever the model's size. Whether a recipe can start depends on its
+# GPU, so each recipe names one, and the next cell computes, per GPU, the model's weights (its
+# parameters in bfloat16, split over tensor and pipeline parallelism), the KV cache of one request
+# of the full context length (its layers split by the pipeline, its KV heads by tensor
+# parallelism), and the share the recipe gives its engine of that GPU's nominal memory. The shapes
+# come from `servelab/data/model_shapes.toml`. A recipe fits when weights plus that KV cache stay
+# within the share: necessary, not sufficient, since activations and CUDA graphs come on top,
+# hence the headroom column. For SGLang the fraction applies to the memory free before loading, at
+# most the total, so the test is looser for it still. The two-node recipes serve a model whose
+# weights and one full-length request take more than the share on one node of the same GPUs, as
+# the line printed first shows.
+
+# %%
+fits = recipes.memory_fit(book)
+results.save("deployment_memory_fit", fits, prof)
+two_node = next(r for r in book.recipes if r.id == "vllm-2node-mp-rank0")
+alone = recipes.refit(book, two_node.id, tp=4, pp=1)
+print(f"{two_node.id} on one node of {two_node.gpu} (tensor parallel {alone['tp']}, no pipeline): weights "
+      f"{alone['weights_gib']:.1f} GiB + KV {alone['kv_gib']:.1f} GiB per GPU against a share of "
+      f"{alone['budget_gib']:.1f} GiB; fits: {alone['fits']}")
+fits.round(2)
+
 # %%
 # NBVAL_CHECK_OUTPUT
-# vLLM sizes the instance as total memory x the fraction; SGLang defines its fraction as weights + KV pool
-print(v["request_memory_is_total_times_fraction"], "(model weights + KV cache pool)" in s["definition"])
-# SGLang's default is computed from the GPU's memory (every line of the rule is in the installed source)
-print(all(s["code"].values()))
-# the articles' 0.90 is below vLLM's own default at the pinned version
-print(v["fields"]["CacheConfig.gpu_memory_utilization"]["default"] > 0.90)
+# every recipe's weights and one full-length request fit the share it gives its engine on the GPU it
+# names
+print(bool(fits.fits.all()))
+# the two-node recipes' model does not fit one node of the same GPUs at the same share
+print(not alone["fits"])
 
 # %% [markdown]
-# With those definitions, the table explains every flag the recipes use. `--max-model-len`
-# (SGLang: `--context-length`) and `--max-num-seqs` (SGLang: `--max-running-requests`) trade
-# against each other through the KV pool: the pool must hold at least one request of the full
-# length, and the more requests run at once, the fewer tokens each can hold before the scheduler
-# must queue or preempt (chapter 02). vLLM's default `--max-num-seqs` for `vllm serve` depends on
-# the GPU, as printed above from its own `get_batch_defaults`.
+# With those definitions, the table explains every flag the recipes use. `--max-num-seqs`
+# (SGLang: `--max-running-requests`) caps the requests running at once: the more run, the fewer
+# tokens each can hold before the scheduler must queue or preempt (chapter 02). `--max-model-len`
+# (SGLang: `--context-length`) caps one request; vLLM allocates KV blocks as tokens arrive, so it
+# does not change how many typical requests fit, only the start-up check that the pool holds one
+# request of that length. vLLM's default `--max-num-seqs` for `vllm serve` depends on the GPU, as
+# printed above from its own `get_batch_defaults`. The Llama 3.1 models are gated on the Hugging
+# Face hub: accept the licence there and set `HF_TOKEN` before the first start.
 
 # %%
-recipes.explanations(book)
+for _, row in recipes.explanations(book).iterrows():
+    print(f"{row.engine} {row.flag}: {row['what it does']}")
 
 # %% [markdown]
 # ## A selection guide from this book's measurements
@@ -314,13 +408,18 @@ recipes.explanations(book)
 # The articles' guide gives recommendations without the measurements behind them (the ledger's
 # `guide-*` rows). This one is computed: each row reads a result saved by a chapter (on this
 # profile) or a verdict in the ledger, says what was measured, and leans to an engine only where
-# the measured ratio is more than 10% from even. On another profile the same cell reads that
-# profile's results; a chapter not yet run there leaves its rows out.
+# the measured ratio is more than 10% from even. Two kinds of row lean to no engine and say why:
+# engine-against-engine timings measured on the cpu profile, where the two engines do not run
+# comparable code (above), and rows that rest on a ledger verdict alone. The shared-prefix row
+# leans on this chapter's shared-prefix run and gives chapter 03's hit rates as context. On
+# another profile the same cell reads that profile's results; a chapter not yet run there leaves
+# its rows out.
 
 # %%
-selection = guide(saved.parent, load_ledger())
+selection = guide(saved.parent, prof, load_ledger())
 results.save("selection_guide", selection, prof)
-selection
+for _, row in selection.iterrows():
+    print(f"{row.situation}\n  measured: {row.measured}\n  leaning: {row.leaning}\n  evidence: {row.evidence}")
 
 # %% [markdown]
 # Read it as where to start, not as a verdict: each row is a single run on one machine, and the
@@ -333,14 +432,16 @@ selection
 #
 # ## Exercises
 #
-# 1. From the saved head-to-head table, how much does each engine's throughput grow per doubling
-#    of the requests in flight? Compute the scaling efficiency (throughput ratio over concurrency
-#    ratio) between neighbouring points of the sweep.
-# 2. Write SGLang's two-node recipe with pipeline parallelism across the nodes instead of tensor
-#    parallelism over all eight GPUs (`--pp-size 2 --tp-size 4`), and check it with SGLang's own
-#    parser.
+# 1. From the saved head-to-head table, how much does each engine's throughput grow from one point
+#    of the concurrency sweep to the next, against the growth of the requests in flight? Compute
+#    the scaling efficiency (throughput ratio over concurrency ratio) between neighbouring points,
+#    and say where it is lowest.
+# 2. Write SGLang's two-node recipe with tensor parallelism over all eight GPUs (`--tp-size 8`, no
+#    pipeline) instead of four-way tensor parallelism in two pipeline stages, check it with SGLang's
+#    own parser, and compare what each GPU holds in the two layouts with `recipes.refit`.
 # 3. Does either engine win every run? Count, per metric, the runs where the ratio favours vLLM,
-#    and name the run whose throughput ratio is farthest from even.
+#    say for which metrics one engine wins every run, and name the run whose throughput ratio is
+#    farthest from even.
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1
@@ -354,21 +455,29 @@ for engine, rows in sweep.groupby("engine", sort=False):
 eff = pd.DataFrame(eff)
 print(eff.round(2).to_string(index=False))
 worst = eff.loc[eff.efficiency.idxmin()]
-print(f"Answer: throughput grows less than the concurrency everywhere the efficiency is below 1; the lowest "
-      f"efficiency is {worst.efficiency:.2f} ({worst.engine}, {worst['from']} to {worst.to} requests in flight), "
-      "where adding requests mostly adds waiting: the machine is already busy, so each step gets longer instead of "
-      "serving more tokens in the same time.")
+below = eff[eff.efficiency < 1]
+print(f"Answer: the efficiency is below 1 in {len(below)} of {len(eff)} steps (throughput grows less than the "
+      f"requests in flight there); the lowest is {worst.efficiency:.2f}, for {worst.engine} from {worst['from']} to "
+      f"{worst.to} requests in flight, where throughput grows x{worst['throughput x']:.2f} for "
+      f"x{worst.to / worst['from']:.0f} the requests.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2
-pp = ["sglang", "serve", "--model-path", "meta-llama/Llama-3.1-70B-Instruct", "--tp-size", "4", "--pp-size", "2",
-      "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000"]
-verdict = flags.check("sglang", pp)
-print(" ".join(pp))
-print("accepted:", verdict.ok, verdict.error)
-print(f"Answer: SGLang's parser {'accepts' if verdict.ok else 'rejects'} it ({verdict.checked_with}); "
-      "each node then holds half the layers split over its four GPUs, so only activations cross the network, once "
-      "per stage, instead of an all-reduce per layer across the nodes as with --tp-size 8.")
+tp8 = ["sglang", "serve", "--model-path", "meta-llama/Llama-3.1-70B-Instruct", "--tp-size", "8", "--nnodes", "2",
+       "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000", "--mem-fraction-static", "0.80",
+       "--context-length", "32768"]
+verdict = flags.check("sglang", tp8)
+print(shlex.join(tp8))
+print("accepted:", verdict.ok, verdict.error or "")
+layouts = {"tp 8": recipes.refit(book, "sglang-2node-rank0", tp=8, pp=1),
+           "tp 4 x pp 2": recipes.refit(book, "sglang-2node-rank0", tp=4, pp=2)}
+print(pd.DataFrame(layouts).T[["weights_gib", "kv_gib", "headroom_gib"]].astype(float).round(2).to_string())
+same = all(abs(layouts["tp 8"][k] - layouts["tp 4 x pp 2"][k]) < 1e-9 for k in ("weights_gib", "kv_gib"))
+print(f"Answer: SGLang's parser {'accepts' if verdict.ok else 'rejects'} it ({verdict.checked_with}); each GPU "
+      f"holds {'the same' if same else 'a different'} share of weights and KV cache in both layouts, since both split "
+      "the model eight ways. What differs is the traffic between the nodes: with --tp-size 8 every layer ends with an "
+      "all-reduce across them, which needs a fast network between the nodes; with two pipeline stages only the "
+      "activations cross, once per stage.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
@@ -376,7 +485,7 @@ favours = pd.DataFrame({"TTFT p50": ratio.p50_ttft_ms < 1, "ITL p50": ratio.p50_
                         "throughput": ratio.output_throughput > 1})
 print(favours.to_string())
 far = (ratio.output_throughput - 1).abs().idxmax()
-sweeps = favours.all().all() or (~favours).all().all()
-print(f"Answer: vLLM is ahead in {favours.sum().to_dict()} of {len(ratio)} runs per metric, so "
-      f"{'one engine wins every run' if sweeps else 'neither engine wins every run'}"
-      f"; the throughput ratio farthest from even is {ratio.output_throughput[far]:.2f}, in '{far}'.")
+winner = {m: "vLLM" if col.all() else "SGLang" if (~col).all() else "neither" for m, col in favours.items()}
+print(f"Answer: vLLM is ahead in {favours.sum().to_dict()} of {len(ratio)} runs per metric; the engine that "
+      f"wins every run, per metric: {winner}; the throughput ratio farthest from even is "
+      f"{ratio.output_throughput[far]:.2f}, in '{far}'.")

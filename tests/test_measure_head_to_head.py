@@ -47,30 +47,46 @@ def test_bad_sizes_are_refused(change, word):
 
 
 def test_args_carry_the_same_client_settings_for_every_run():
-    runs = h.plan(2048, **SIZES)
-    args = [r.args(SERVER, 16, 3, "/tmp/x.jsonl") for r in runs]
+    runs = h.plan(2048, **SIZES, seed=3)
+    args = [r.args(SERVER, 16, "/tmp/x.jsonl") for r in runs]
     for a in args:
         assert a[a.index("--backend") + 1] == "openai" and a[a.index("--tokenizer") + 1] == "/models/m"
-        assert "--ignore-eos" in a and a[a.index("--temperature") + 1] == "0" and a[a.index("--seed") + 1] == "3"
+        assert "--ignore-eos" in a and a[a.index("--temperature") + 1] == "0"
+        assert "--save-detailed" in a  # else vLLM's main drops the per-request lists that are saved
         assert a[a.index("--metric-percentiles") + 1] == "50,90,99"
     assert "--max-concurrency" not in args[2] and args[2][args[2].index("--request-rate") + 1] == "2.0"
     assert "--request-rate" not in args[0]
     assert args[5][args[5].index("--dataset-path") + 1] == "/tmp/x.jsonl"
     with pytest.raises(ValueError, match="dataset_path"):
-        runs[5].args(SERVER, 16, 3)
+        runs[5].args(SERVER, 16)
+
+
+def test_every_run_and_the_warm_up_send_their_own_seed():
+    # one seed for all made the benchmark send the same random prompts in every run (prefix-cache hits)
+    runs = h.plan(2048, **SIZES, seed=3)
+    seeds = [int(r.args(SERVER, 16, "/tmp/x.jsonl")[r.args(SERVER, 16, "/tmp/x.jsonl").index("--seed") + 1])
+             for r in runs]
+    warm = h.warm_up(runs)
+    assert seeds == list(range(3, 3 + len(runs))) and warm.seed not in seeds
+    assert warm.workload == "warm_up" and warm.dataset == runs[0].dataset and warm.prompts == 4
+    with pytest.raises(ValueError, match="random"):
+        h.warm_up([r for r in runs if r.workload != "random"])
 
 
 def _answer(runs, scale):
     return {"version": "0.32.0", "runs": [{"name": r.name, "args": [], "result": {
         "completed": r.prompts, "failed": 0, "duration": 1.0, "output_throughput": 100.0 / scale,
         **{f"p{p}_{m}_ms": scale * p for p in h.PERCENTILES for m in h.METRICS},
-        **{f"mean_{m}_ms": scale for m in h.METRICS}}} for r in runs]}
+        **{f"mean_{m}_ms": scale for m in h.METRICS}},
+        "requests": {"ttfts": [0.01 * scale, 0.03 * scale], "latencies": [0.1, 0.2], "itls": [[0.005, 0.02], []],
+                     "input_lens": [64, 64], "output_lens": [16, 16]},
+        "counter": {"name": "c", "before": 10.0, "after": 10.0 + i}} for i, r in enumerate(runs)]}
 
 
 def test_frame_and_ratios():
     runs = h.plan(2048, **SIZES)
     table = pd.concat([h.frame("vllm", runs, _answer(runs, 1.0)), h.frame("sglang", runs, _answer(runs, 2.0))])
-    assert list(table.columns[:7]) == ["engine", "run", "workload", "concurrency", "rate", "prompts", "client"]
+    assert list(table.columns[:8]) == ["engine", "run", "workload", "concurrency", "rate", "prompts", "seed", "client"]
     assert table.p90_itl_ms.tolist() == [90.0] * len(runs) + [180.0] * len(runs)
     r = h.ratios(table)
     assert list(r.index) == [run.name for run in runs]
@@ -79,13 +95,30 @@ def test_frame_and_ratios():
         h.ratios(table[table.engine == "vllm"])
     with pytest.raises(ValueError, match="answered"):
         h.frame("vllm", runs, _answer(runs[:2], 1.0))
+    assert table.cached_tokens.tolist() == list(range(len(runs))) * 2  # the counter's growth over each run
+    assert "max_concurrent_requests" not in table  # vLLM's per-second bucket count, not the concurrency
+    assert (table.seed.iloc[:len(runs)] == [r.seed for r in runs]).all()
+
+
+def test_per_request_lists_and_their_maxima():
+    runs = h.plan(2048, **SIZES)
+    sent = pd.concat([h.requests("vllm", runs, _answer(runs, 1.0)), h.requests("sglang", runs, _answer(runs, 2.0))])
+    assert len(sent) == 2 * 2 * len(runs)
+    first = sent.iloc[0]
+    assert first.ttft_ms == pytest.approx(10.0) and first.e2el_ms == pytest.approx(100.0)
+    assert json.loads(first.itls_ms) == [5.0, 20.0] and first.input_tokens == 64
+    peaks = h.maxima(sent).set_index(["engine", "run"])
+    assert peaks.loc[("sglang", runs[0].name), "max_ttft_ms"] == pytest.approx(60.0)
+    assert peaks.loc[("vllm", runs[0].name), "max_itl_ms"] == pytest.approx(20.0)  # an empty list counts nothing
+    with pytest.raises(ValueError, match="at least one"):
+        h.maxima(sent.iloc[:0])
 
 
 @pytest.mark.engine_venv
 def test_vllm_bench_parser_accepts_every_run(require_engine, cpu):
     require_engine("vllm")
     runs = h.plan(cpu.max_model_len, **SIZES)
-    request = {"parse_only": True, "runs": [{"name": r.name, "args": r.args(SERVER, 16, 0, "/tmp/x.jsonl")}
+    request = {"parse_only": True, "runs": [{"name": r.name, "args": r.args(SERVER, 16, "/tmp/x.jsonl")}
                                             for r in runs]}
     python = engine_envs.get(cpu.engine_env("vllm")).require().python
     answer = engine_envs.run_script(python, script("vllm_bench_runs.py"), stdin=json.dumps(request), timeout=300)
@@ -95,3 +128,4 @@ def test_vllm_bench_parser_accepts_every_run(require_engine, cpu):
     assert parsed["shared prefix"]["dataset_name"] == "prefix_repetition"
     assert parsed["multi-turn"]["dataset_name"] == "custom" and parsed["multi-turn"]["skip_chat_template"] is True
     assert all(p["percentile_metrics"] == "ttft,itl,e2el" and p["ignore_eos"] is True for p in parsed.values())
+    assert all(p["save_detailed"] is True and not p.get("save_result") for p in parsed.values())

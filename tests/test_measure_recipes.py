@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from servelab.engines import flags
+from servelab.machine.model_shapes import known_shapes
 from servelab.measure import recipes
 from tests.conftest import pinned_version
 
@@ -74,17 +75,19 @@ def test_flags_of_counts_each_flag_once_and_strips_values():
     ({"setting": "moon"}, "setting is 'moon'"),
     ({"command": []}, "command is []"),
     ({"colour": "red"}, "unknown key 'colour'"),
+    ({"gpu_gb": 0}, "gpu, gpu_gb are 'H100 80GB', 0"),
 ])
 def test_bad_recipe_is_one_clear_line(change, message):
-    raw = {"settings": ["one GPU"], "recipe": [{"id": "x", "engine": "vllm", "setting": "one GPU",
-                                                 "command": ["vllm", "serve", "M"], **change}]}
+    raw = {"settings": ["one GPU"], "recipe": [{"id": "x", "engine": "vllm", "setting": "one GPU", "gpu": "H100 80GB",
+                                                 "gpu_gb": 80, "command": ["vllm", "serve", "M"], **change}]}
     with pytest.raises(recipes.BadRecipe, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
         recipes.parse(raw)
     assert "\n" not in str(err.value)
 
 
 def test_duplicate_ids_are_refused():
-    one = {"id": "x", "engine": "vllm", "setting": "one GPU", "command": ["vllm", "serve", "M"]}
+    one = {"id": "x", "engine": "vllm", "setting": "one GPU", "command": ["vllm", "serve", "M"], "gpu": "G",
+           "gpu_gb": 24}
     with pytest.raises(recipes.BadRecipe, match="used twice"):
         recipes.parse({"settings": ["one GPU"], "recipe": [one, one]})
 
@@ -103,3 +106,30 @@ def test_memory_defaults_come_from_the_engines_own_classes(require_engine, cpu):
     assert sglang["fields"]["Schedule.mem_fraction_static"]["default"] is None
     assert "(model weights + KV cache pool) / GPU memory capacity" in sglang["definition"]
     assert all(sglang["code"].values()), sglang["code"]
+
+
+LLAMA_8B, LLAMA_70B = (known_shapes()[f"meta-llama/Llama-3.1-{n}-Instruct"] for n in ("8B", "70B"))
+
+
+def test_fit_counts_weights_and_one_full_request_per_gpu():
+    one = recipes.fit(LLAMA_8B, tp=1, pp=1, max_model_len=32768, share=0.9, gpu_gb=24)
+    assert one["weights_gib"] == pytest.approx(8.03e9 * 2 / 2**30)
+    assert one["kv_gib"] == pytest.approx(4.0)  # 32 layers x 8 KV heads x 128 x K,V x 2 bytes = 128 KiB a token
+    assert one["budget_gib"] == pytest.approx(0.9 * 24e9 / 2**30) and one["fits"]
+    assert not recipes.fit(LLAMA_8B, tp=1, pp=1, max_model_len=32768, share=0.9, gpu_gb=16)["fits"]
+    split = recipes.fit(LLAMA_70B, tp=4, pp=2, max_model_len=32768, share=0.9, gpu_gb=40)
+    assert split["kv_gib"] == pytest.approx(1.25)  # 40 layers x 2 KV heads per GPU
+    assert recipes.fit(LLAMA_70B, tp=16, pp=1, max_model_len=1024, share=0.9, gpu_gb=40)["kv_gib"] > 0  # >= 1 head
+    with pytest.raises(ValueError, match="share=1.5"):
+        recipes.fit(LLAMA_8B, tp=1, pp=1, max_model_len=1, share=1.5, gpu_gb=24)
+
+
+def test_every_recipe_fits_the_gpu_it_names_and_the_two_node_model_needs_two_nodes():
+    fits = recipes.memory_fit(BOOK).set_index("id")
+    assert fits.fits.all(), fits[~fits.fits].to_string()
+    assert set(fits.index) == {r.id for r in BOOK.recipes} and all(r.gpu for r in BOOK.recipes)
+    assert fits.loc["sglang-2node-rank0", ["tp", "pp"]].tolist() == [4, 2]  # pipeline across the nodes
+    for rid in ("vllm-2node-mp-rank0", "sglang-2node-rank0"):
+        assert not recipes.refit(BOOK, rid, tp=4, pp=1)["fits"]
+    with pytest.raises(recipes.BadRecipe, match="no recipe 'x'"):
+        recipes.refit(BOOK, "x", tp=1, pp=1)

@@ -2,20 +2,27 @@
 
 Each row is one situation a reader may be in, what this book measured about it (read from
 results/<profile>/*.csv of chapters 03-06, or a ledger verdict), the leaning that follows, and where
-the evidence is. Nothing is typed: a row whose results are not saved on this profile says so, and a
-leaning is chosen by comparing the measured numbers (within TIE of each other counts as no difference).
+the evidence is. A row whose results are not saved on this profile is left out, and a leaning is chosen
+by comparing the measured numbers (within TIE of each other counts as no difference). Two kinds of row
+do not lean: engine-against-engine timings measured on the cpu profile (`NOT_INDICATIVE`: there SGLang
+runs on torch fallbacks, without its CPU kernels, against vLLM's compiled CPU kernels), and rows that
+rest on a ledger verdict only (`EDITORIAL`). A saved table without a column a row needs raises
+`MissingColumn`, naming the file, the column and what it has.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from servelab.book import claims
+from servelab.machine.profiles import Profile
 
 TIE = 0.10  # ratios within 10% of 1 lean to neither engine: single runs on a shared machine
+NOT_INDICATIVE = "none: not indicative on cpu (SGLang without its CPU kernels)"
+EDITORIAL = "none: a ledger verdict, not a measurement"
 NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
@@ -27,63 +34,106 @@ def lean(ratio: float, lower_is_better: bool = True) -> str:
     return "vLLM" if vllm_wins else "SGLang"
 
 
-def _csv(folder: Path, name: str) -> pd.DataFrame | None:
+class MissingColumn(KeyError):
+    pass
+
+
+def _csv(folder: Path, name: str, needs: tuple[str, ...] = ()) -> pd.DataFrame | None:
     path = folder / f"{name}.csv"
-    return pd.read_csv(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    table = pd.read_csv(path)
+    missing = [c for c in needs if c not in table.columns]
+    if missing:
+        raise MissingColumn(f"{path} has no column {', '.join(map(repr, missing))}; "
+                            f"it has: {', '.join(map(str, table.columns))}")
+    return table
 
 
 def _percent(text: str) -> float:
     return float(str(text).split("%")[0]) / 100
 
 
-def _head_to_head(folder: Path) -> list[dict]:
-    table = _csv(folder, "head_to_head")
+def _timing(ratio: float, indicative: bool, lower_is_better: bool = True) -> str:
+    return lean(ratio, lower_is_better) if indicative else NOT_INDICATIVE
+
+
+def _head_to_head(folder: Path, indicative: bool) -> list[dict]:
+    table = _csv(folder, "head_to_head", ("engine", "run", "workload", "concurrency", "p50_ttft_ms",
+                                           "p50_e2el_ms", "output_throughput"))
     if table is None:
         return []
     wide = table.set_index(["run", "engine"]).unstack("engine")
+
+    def ratio(run: str, column: str) -> float:
+        return wide.loc[run, (column, "vllm")] / wide.loc[run, (column, "sglang")]
+
     runs = table[table.engine == "vllm"]
-    light = runs[runs.workload == "random"].sort_values("concurrency").iloc[0].run
-    heavy = runs[runs.workload == "random"].sort_values("concurrency").dropna(subset=["concurrency"]).iloc[-1].run
-    ttft = wide.loc[light, ("p50_ttft_ms", "vllm")] / wide.loc[light, ("p50_ttft_ms", "sglang")]
-    itl = wide.loc[light, ("p50_itl_ms", "vllm")] / wide.loc[light, ("p50_itl_ms", "sglang")]
-    thr = wide.loc[heavy, ("output_throughput", "vllm")] / wide.loc[heavy, ("output_throughput", "sglang")]
+    sweep = runs[runs.workload.eq("random")].dropna(subset=["concurrency"]).sort_values("concurrency")
+    light, heavy = sweep.iloc[0].run, sweep.iloc[-1].run
+    where = "chapter 06 'Head-to-head'"
     rows = [{"situation": "one request at a time, latency matters",
-             "measured": f"{light}: median TTFT vLLM/SGLang {ttft:.2f}, median ITL {itl:.2f}",
-             "leaning": lean(ttft), "evidence": "chapter 06 'Head-to-head'; ledger throughput-vs-latency-split"},
+             "measured": f"{light}: median request latency vLLM/SGLang {ratio(light, 'p50_e2el_ms'):.2f} "
+                         f"(median TTFT {ratio(light, 'p50_ttft_ms'):.2f})",
+             "leaning": _timing(ratio(light, "p50_e2el_ms"), indicative),
+             "evidence": f"{where}; ledger throughput-vs-latency-split"},
             {"situation": "many concurrent requests, throughput matters",
-             "measured": f"{heavy}: output tokens/s vLLM/SGLang {thr:.2f}",
-             "leaning": lean(thr, lower_is_better=False),
-             "evidence": "chapter 06 'Head-to-head'; ledger throughput-vs-latency-split"}]
-    for workload, situation in (("multi_turn", "multi-turn chat re-sending the conversation"),
+             "measured": f"{heavy}: output tokens/s vLLM/SGLang {ratio(heavy, 'output_throughput'):.2f}",
+             "leaning": _timing(ratio(heavy, "output_throughput"), indicative, lower_is_better=False),
+             "evidence": f"{where}; ledger throughput-vs-latency-split"}]
+    hits = _prefix_hit_rates(folder)
+    for workload, situation in (("shared_prefix", "prompts share a prefix (chat, agents, RAG)"),
+                                ("multi_turn", "multi-turn chat re-sending the conversation"),
                                 ("long_prompt", "long prompts (a quarter of the context window)")):
         run = runs[runs.workload == workload]
-        if not run.empty:
-            r = run.iloc[0].run
-            ratio = wide.loc[r, ("p50_e2el_ms", "vllm")] / wide.loc[r, ("p50_e2el_ms", "sglang")]
-            rows.append({"situation": situation, "measured": f"{r}: median request latency vLLM/SGLang {ratio:.2f}",
-                         "leaning": lean(ratio), "evidence": "chapter 06 'Head-to-head'"})
+        if run.empty:
+            continue
+        r = run.iloc[0].run
+        measured = (f"{r}: median request latency vLLM/SGLang {ratio(r, 'p50_e2el_ms'):.2f}, "
+                    f"median TTFT {ratio(r, 'p50_ttft_ms'):.2f}")
+        evidence = where
+        if workload == "shared_prefix" and hits:
+            measured += f"; context, chapter 03's multi-turn hit rate: {hits}"
+            evidence += "; chapter 03 (results prefix_verdict.csv); ledger guide-vllm-for-rag"
+        rows.append({"situation": situation, "measured": measured,
+                     "leaning": _timing(ratio(r, "p50_e2el_ms"), indicative), "evidence": evidence})
     return rows
 
 
+def _measure(verdict: pd.DataFrame, name: str) -> pd.Series | None:
+    """The row of chapter 03's verdict table called `name`, hyphens and spaces alike ("multi-turn" or
+    "multi turn"); None when it has none."""
+    def key(text: str) -> str:
+        return " ".join(str(text).replace("-", " ").split())
+
+    rows = verdict[verdict.measure.map(key) == key(name)]
+    return None if rows.empty else rows.iloc[0]
+
+
+def _prefix_hit_rates(folder: Path) -> str:
+    verdict = _csv(folder, "prefix_verdict", ("measure", "vLLM", "SGLang"))
+    v = None if verdict is None else _measure(verdict, "multi-turn: hit rate")
+    if v is None:
+        return ""
+    return f"vLLM {v['vLLM']}, SGLang {v['SGLang']} (each counted in whole blocks of its own size)"
+
+
 def _prefix(folder: Path) -> list[dict]:
-    verdict = _csv(folder, "prefix_verdict")
-    if verdict is None:
+    verdict = _csv(folder, "prefix_verdict", ("measure", "vLLM", "SGLang"))
+    measure = "loop that overflows the cache: second-round hit rate"
+    v = None if verdict is None else _measure(verdict, measure)
+    if v is None:
         return []
-    v = verdict.set_index("measure")
-    out = []
-    for measure, situation in (("multi-turn: hit rate", "prompts share a prefix (chat, agents, RAG)"),
-                               ("loop that overflows the cache: second-round hit rate",
-                                "the reused prompts do not fit the KV cache")):
-        if measure in v.index:
-            hv, hs = _percent(v.loc[measure, "vLLM"]), _percent(v.loc[measure, "SGLang"])
-            out.append({"situation": situation, "measured": f"{measure}: vLLM {hv:.0%}, SGLang {hs:.0%}",
-                        "leaning": lean(hv / hs, lower_is_better=False) if hs else "vLLM",
-                        "evidence": "chapter 03 (results prefix_verdict.csv); ledger guide-vllm-for-rag"})
-    return out
+    hv, hs = _percent(v["vLLM"]), _percent(v["SGLang"])
+    return [{"situation": "the reused prompts do not fit the KV cache",
+             "measured": f"{measure}: vLLM {hv:.0%}, SGLang {hs:.0%}",
+             "leaning": lean(hv / hs, lower_is_better=False) if hs else ("vLLM" if hv else "either (both 0%)"),
+             "evidence": "chapter 03 (results prefix_verdict.csv)"}]
 
 
-def _chunked(folder: Path) -> list[dict]:
-    live = _csv(folder, "chunked_prefill_live")
+def _chunked(folder: Path, indicative: bool) -> list[dict]:
+    live = _csv(folder, "chunked_prefill_live", ("engine", "budget", "mixed_chunk", "threshold", "long_ttft_s",
+                                                 "longest_stall_s"))
     if live is None:
         return []
     sgl = live[live.engine == "sglang"]
@@ -94,25 +144,44 @@ def _chunked(folder: Path) -> list[dict]:
     small = plain.budget.min()
     p, m = plain[plain.budget == small].iloc[0], mixed[mixed.budget == small].iloc[0]
     v = vllm[vllm.budget == vllm.budget.min()].iloc[0]
+
+    def both(r: pd.Series) -> str:
+        return f"longest stall {r.longest_stall_s:.2f} s, long prompt's TTFT {r.long_ttft_s:.2f} s"
+
+    best = min(p.longest_stall_s, m.longest_stall_s)
     return [{"situation": "long prompts arrive while other users stream",
-             "measured": (f"streams' longest stall / long prompt's TTFT: vLLM {v.longest_stall_s / v.long_ttft_s:.2f}, "
-                          f"SGLang {p.longest_stall_s / p.long_ttft_s:.2f} by default, "
-                          f"{m.longest_stall_s / m.long_ttft_s:.2f} with --enable-mixed-chunk"),
-             "leaning": "vLLM as it comes; SGLang with --enable-mixed-chunk",
+             "measured": (f"smallest budgets: vLLM {both(v)}; SGLang {both(p)} by default, "
+                          f"{both(m)} with --enable-mixed-chunk"),
+             "leaning": _timing(v.longest_stall_s / best, indicative),
              "evidence": "chapter 04 (results chunked_prefill_live.csv)"}]
 
 
-def _speculative(folder: Path) -> list[dict]:
-    summary = _csv(folder, "speculative_summary")
+_SPEEDUP = re.compile(r"^speedup, .*?(\d+) requests?$")
+
+
+def _speculative(folder: Path, engines: tuple[str, ...]) -> list[dict]:
+    summary = _csv(folder, "speculative_summary", ("method",))
     if summary is None:
         return []
-    one, many = "speedup, 1 request(s)", "speedup, 16 requests"
-    if one not in summary or many not in summary:
-        return []
-    best = summary.loc[summary[one].idxmax()]
+    by_load = {int(m.group(1)): c for c in summary.columns if (m := _SPEEDUP.match(str(c)))}
+    if len(by_load) < 2:
+        raise MissingColumn(f"{folder / 'speculative_summary.csv'} has no pair of 'speedup, ... N request(s)' "
+                            f"columns at two loads; it has: {', '.join(map(str, summary.columns))}")
+    lo, hi = by_load[min(by_load)], by_load[max(by_load)]
+    rows = summary.dropna(subset=[lo, hi])
+    if rows.empty:
+        raise MissingColumn(f"{folder / 'speculative_summary.csv'}: no method has both {lo!r} and {hi!r}")
+    best = rows.loc[rows[lo].idxmax()]
+    engine = " and ".join(NAMES[e] for e in engines) or "no engine"
+
+    def verdict(x: float) -> str:
+        return "helps" if x > 1 + TIE else "hurts" if x < 1 - TIE else "about even"
+
     return [{"situation": "speculative decoding to cut latency",
-             "measured": f"best here: {best.method}, speedup {best[one]:.2f} at 1 request, {best[many]:.2f} at 16",
-             "leaning": "either engine; measure at your own batch size",
+             "measured": (f"{engine}, best method at {min(by_load)} request(s): {best.method}, speedup "
+                          f"{best[lo]:.2f}; at {max(by_load)} requests {best[hi]:.2f}"),
+             "leaning": (f"not an engine comparison: {verdict(best[lo])} at {min(by_load)} request(s), "
+                         f"{verdict(best[hi])} at {max(by_load)}"),
              "evidence": "chapter 05 (results speculative_summary.csv)"}]
 
 
@@ -124,14 +193,14 @@ LEDGER_ROWS = (("guide-sglang-for-json", "structured (JSON) output"),
 def _ledger(ledger: claims.Ledger) -> list[dict]:
     by_id = {c.id: c for c in ledger.claims}
     return [{"situation": situation, "measured": f"the articles' advice is {by_id[cid].verdict}: {by_id[cid].truth}",
-             "leaning": "either", "evidence": f"ledger {cid}"} for cid, situation in LEDGER_ROWS if cid in by_id]
+             "leaning": EDITORIAL, "evidence": f"ledger {cid}"} for cid, situation in LEDGER_ROWS if cid in by_id]
 
 
-SOURCES: tuple[Callable[[Path], list[dict]], ...] = (_head_to_head, _prefix, _chunked, _speculative)
-
-
-def guide(folder: Path, ledger: claims.Ledger | None = None) -> pd.DataFrame:
-    """The decision table from the results saved in `folder` (results/<profile>) and the ledger."""
-    rows = [row for source in SOURCES for row in source(folder)]
-    rows += _ledger(ledger or claims.load())
+def guide(folder: Path, profile: Profile, ledger: claims.Ledger | None = None) -> pd.DataFrame:
+    """The decision table from the results saved in `folder` (results/<profile>) and the ledger. On a cpu
+    `profile` engine-against-engine timings do not lean (NOT_INDICATIVE)."""
+    indicative = not profile.is_cpu
+    speculative = tuple(e for e in NAMES if profile.speculative.get(e))
+    rows = [*_head_to_head(folder, indicative), *_prefix(folder), *_chunked(folder, indicative),
+            *_speculative(folder, speculative), *_ledger(ledger or claims.load())]
     return pd.DataFrame(rows, columns=["situation", "measured", "leaning", "evidence"])

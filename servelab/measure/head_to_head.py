@@ -8,29 +8,44 @@ metric code measure both engines. Prompts come from the benchmark's own datasets
 a ``custom`` JSONL file rendered with the model's chat template. Every run asks for a fixed number
 of output tokens (``--ignore-eos``) at temperature 0, with the tokenizer read from the model's
 local folder (no hub access).
+
+Every run has its own seed (`plan`: the chapter's seed plus the run's index), so no two runs send the same
+random prompts and neither engine's prefix cache can serve one run from another; `measure` sends a warm-up
+run (its own seed, not reported) first, and reads each engine's own cached-token counter before and after
+every run (`CACHED_COUNTER`), so a table can show that the random runs got no prefix-cache hits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from servelab.engines.engine_side import script
 from servelab.engines.server import Server
 from servelab.machine import engine_envs
+from servelab.machine.profiles import Profile
 from servelab.measure.prefix_workloads import multi_turn
 
 CLIENT_ENV_ENGINE = "vllm"  # the engine whose venv holds the load generator
 PERCENTILES = (50, 90, 99)
 METRICS = ("ttft", "itl", "e2el")
 KEPT = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-        "output_throughput", "total_token_throughput", "max_concurrent_requests")
+        "output_throughput", "total_token_throughput")
+# Each engine's own counter of prompt tokens served from its prefix cache (vllm/v1/metrics/loggers.py;
+# sglang/srt/observability/metrics_collector.py), read from /metrics before and after every run.
+CACHED_COUNTER = {"vllm": "vllm:prefix_cache_hits", "sglang": "sglang:cached_tokens"}
+# Per-request lists of the benchmark's answer that are saved (ms for times; itls: one list per request).
+PER_REQUEST = {"ttfts": "ttft_ms", "latencies": "e2el_ms", "itls": "itls_ms", "input_lens": "input_tokens",
+               "output_lens": "output_tokens"}
 
 
 @dataclass(frozen=True)
@@ -44,12 +59,14 @@ class Run:
     concurrency: int | None = None  # --max-concurrency (None: unlimited)
     rate: float = math.inf  # --request-rate in requests/s (inf: all at once)
     chats: tuple = field(default=(), compare=False)  # multi-turn: the messages of each request, in order
+    seed: int = 0  # --seed: the prompts (and arrival times) of this run
 
-    def args(self, server: Server, output_tokens: int, seed: int, dataset_path: str | None = None) -> list[str]:
+    def args(self, server: Server, output_tokens: int, dataset_path: str | None = None) -> list[str]:
         """The `vllm bench serve` arguments of this run against `server`."""
         out = ["--backend", "openai", "--base-url", server.url, "--model", server.served_model,
-               "--tokenizer", server.model.source, "--seed", str(seed), "--num-prompts", str(self.prompts),
+               "--tokenizer", server.model.source, "--seed", str(self.seed), "--num-prompts", str(self.prompts),
                "--temperature", "0", "--ignore-eos", "--output-len", str(output_tokens), "--disable-tqdm",
+               "--save-detailed",  # keep the per-request lists in the answer (nothing is written to a file)
                "--percentile-metrics", ",".join(METRICS),
                "--metric-percentiles", ",".join(str(p) for p in PERCENTILES), *self.dataset]
         if self.chats:
@@ -75,7 +92,8 @@ def plan(max_model_len: int, *, input_tokens: int, concurrencies: Sequence[int],
          waves: int = 2, seed: int = 0) -> list[Run]:
     """The runs of the head-to-head: random prompts over concurrency and over request rate, shared
     prefixes, long prompts and chapter 03's multi-turn conversations (these three at one concurrency).
-    A concurrency level c sends `waves` x c prompts (at least 4)."""
+    A concurrency level c sends `waves` x c prompts (at least 4). Run i gets the seed `seed + i`, so no
+    two runs send the same prompts; `warm_up` uses the next seed."""
     for name, value in (("input_tokens", input_tokens), ("rate_prompts", rate_prompts),
                         ("long_prompts", long_prompts), ("suffix_tokens", suffix_tokens), ("prefixes", prefixes),
                         ("prefix_prompts", prefix_prompts), ("conversations", conversations), ("turns", turns),
@@ -103,7 +121,17 @@ def plan(max_model_len: int, *, input_tokens: int, concurrencies: Sequence[int],
     chats = multi_turn_chats(seed, conversations, turns)
     custom = ("--dataset-name", "custom", "--skip-chat-template", "--disable-shuffle")
     runs.append(Run("multi-turn", "multi_turn", custom, conversations * turns, concurrency=conversations, chats=chats))
-    return runs
+    return [replace(r, seed=seed + i) for i, r in enumerate(runs)]
+
+
+def warm_up(runs: Sequence[Run], prompts: int = 4) -> Run:
+    """A short random run with a seed no run of `runs` uses (sent first, not reported): the server's first
+    requests pay one-off costs that would otherwise land on the first measured run."""
+    template = next((r for r in runs if r.workload == "random"), None)
+    if template is None:
+        raise ValueError("warm_up copies a random run's dataset; the plan has none")
+    return Run("warm-up", "warm_up", template.dataset, _positive("prompts", prompts), concurrency=prompts,
+               seed=max(r.seed for r in runs) + 1)
 
 
 def multi_turn_chats(seed: int, conversations: int, turns: int) -> tuple:
@@ -115,34 +143,85 @@ def multi_turn_chats(seed: int, conversations: int, turns: int) -> tuple:
     return tuple(tuple(dict(m) for m in r.messages) for r in order)
 
 
-def measure(server: Server, runs: Sequence[Run], *, output_tokens: int, seed: int = 0,
-            timeout: float = 600) -> pd.DataFrame:
-    """Every run against `server` with vLLM's benchmark client (one process); one row per run."""
+@contextlib.contextmanager
+def serving(engine: str, profile: Profile, **options: Any) -> Iterator[Server]:
+    """A started `Server(engine, profile, **options)`, always stopped; its start-up progress bar (written to
+    stderr) is kept out of the notebook. A failed start still raises, naming the log."""
+    server = Server(engine, profile, **options)
+    with contextlib.redirect_stderr(io.StringIO()):
+        server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def measure(server: Server, runs: Sequence[Run], *, output_tokens: int, warm: Run | None = None,
+            timeout: float = 600) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every run against `server` with vLLM's benchmark client (one process), after the `warm` run if given:
+    one row per run (with the growth of the engine's cached-token counter), and one row per request."""
     client = engine_envs.get(server.profile.engine_env(CLIENT_ENV_ENGINE)).require()
+    sent = ([warm] if warm else []) + list(runs)
     with tempfile.TemporaryDirectory(prefix="servelab-bench-") as tmp:
-        request = {"runs": [{"name": r.name, "args": r.args(server, output_tokens, seed, f"{tmp}/{i}.jsonl"),
+        request = {"runs": [{"name": r.name, "args": r.args(server, output_tokens, f"{tmp}/{i}.jsonl"),
                              "chats": [list(c) for c in r.chats], "tokenizer": server.model.source}
-                            for i, r in enumerate(runs)]}
+                            for i, r in enumerate(sent)],
+                   "metrics_url": f"{server.url}/metrics", "counter": CACHED_COUNTER[server.engine]}
         answer = engine_envs.run_script(client.python, script("vllm_bench_runs.py"), stdin=json.dumps(request),
                                         timeout=timeout, log=Path(tmp) / "bench.log")
-    return frame(server.engine, runs, answer)
+    if warm:
+        answer = {**answer, "runs": answer["runs"][1:]}
+    return frame(server.engine, runs, answer), requests(server.engine, runs, answer)
 
 
 def frame(engine: str, runs: Sequence[Run], answer: dict) -> pd.DataFrame:
-    """The benchmark's answer as a table: the run's settings, then its counts, rates and percentiles."""
+    """The benchmark's answer as a table: the run's settings, then its counts, rates and percentiles, and
+    `cached_tokens`, the growth of the engine's own cached-token counter over the run (None if not read)."""
     if len(answer["runs"]) != len(runs):
         raise ValueError(f"the benchmark answered {len(answer['runs'])} runs for {len(runs)} sent")
     rows = []
     for run, got in zip(runs, answer["runs"], strict=True):
         result = got["result"]
         row = {"engine": engine, "run": run.name, "workload": run.workload, "concurrency": run.concurrency,
-               "rate": run.rate, "prompts": run.prompts, "client": f"vllm bench serve {answer['version']}"}
+               "rate": run.rate, "prompts": run.prompts, "seed": run.seed,
+               "client": f"vllm bench serve {answer['version']}"}
         row.update({k: result.get(k) for k in KEPT})
+        counter = got.get("counter")
+        row["cached_tokens"] = counter["after"] - counter["before"] if counter else None
         for metric in METRICS:
             row[f"mean_{metric}_ms"] = result.get(f"mean_{metric}_ms")
             row.update({f"p{p}_{metric}_ms": result.get(f"p{p}_{metric}_ms") for p in PERCENTILES})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def requests(engine: str, runs: Sequence[Run], answer: dict) -> pd.DataFrame:
+    """One row per request of every run: its TTFT, end-to-end latency (ms), inter-token gaps (ms, a list) and
+    token counts, from the benchmark's per-request lists (seconds there). The gaps are a JSON list per request."""
+    rows = []
+    for run, got in zip(runs, answer["runs"], strict=True):
+        lists = got.get("requests") or {}
+        n = len(lists.get("ttfts", []))
+        for i in range(n):
+            row = {"engine": engine, "run": run.name, "request": i}
+            for key, name in PER_REQUEST.items():
+                value = lists[key][i] if key in lists else None
+                if name.endswith("_ms") and value is not None:
+                    value = (json.dumps([round(1000 * v, 3) for v in value]) if isinstance(value, list)
+                             else 1000 * value)
+                row[name] = value
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["engine", "run", "request", *PER_REQUEST.values()])
+
+
+def maxima(per_request: pd.DataFrame) -> pd.DataFrame:
+    """Per (engine, run): the largest TTFT and the largest inter-token gap of any request (ms), from
+    `requests`' table; with a few dozen requests a run's 99th percentile is little more than these."""
+    if per_request.empty:
+        raise ValueError("maxima needs at least one request")
+    gaps = per_request.itls_ms.map(lambda text: max(json.loads(text), default=float("nan")))
+    frame = per_request.assign(gap=gaps).groupby(["engine", "run"], sort=False)
+    return pd.DataFrame({"max_ttft_ms": frame.ttft_ms.max(), "max_itl_ms": frame.gap.max()}).reset_index()
 
 
 RATIO_COLUMNS = ("p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms", "p90_itl_ms", "p50_e2el_ms", "output_throughput")

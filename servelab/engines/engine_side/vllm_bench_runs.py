@@ -6,9 +6,12 @@ the function the `vllm bench serve` command calls), so importing vLLM is paid on
 The server may be any OpenAI-compatible one (vLLM or SGLang): the client only speaks HTTP.
 
 stdin: {"runs": [{"name": "...", "args": ["--backend", "openai", ...], "chats": [...], "tokenizer": "..."},
-                 ...], "parse_only": false}
-stdout (last line): {"version": "...", "runs": [{"name": ..., "args": [...], "result": {...}}, ...]}
-where `result` is the dictionary `main` returns (what --save-result writes), per-request lists removed.
+                 ...], "parse_only": false, "metrics_url": "http://.../metrics", "counter": "vllm:prefix_cache_hits"}
+stdout (last line): {"version": "...", "runs": [{"name": ..., "args": [...], "result": {...}, "requests": {...},
+                     "counter": {"before": x, "after": y}}, ...]}
+where `result` is the dictionary `main` returns (what --save-result writes) without its per-request lists,
+`requests` holds those lists (PER_REQUEST), and `counter` the server's `counter` (summed over its series,
+from `metrics_url`) read before and after the run, when a metrics_url is given.
 
 A run with `chats` (lists of OpenAI messages) has them rendered with `tokenizer`'s chat template into
 a JSONL file of {"prompt": text} lines, in order, at the run's `--dataset-path` (a `custom` dataset,
@@ -25,9 +28,27 @@ import contextlib
 import io
 import json
 import sys
+import time
+import urllib.request
 
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors", "start_times", "latencies",
                "queue_times")
+KEPT_PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times")
+SETTLE_S = 0.5  # before reading a counter after a run: the server's last step's stats reach /metrics
+
+
+def read_counter(url: str, name: str) -> float:
+    """The sum of every sample of counter `name` (Prometheus text at `url`; `name` with or without _total).
+    A counter with labels has no sample until it is first incremented (SGLang's cached-token counter only
+    counts requests that hit): it reads 0 while its family is declared, or, if the engine declares
+    counters lazily, while it is absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    base = name.removesuffix("_total")
+    return float(sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+                     if s.name in (base, f"{base}_total")))
 
 
 def main(request: dict) -> dict:
@@ -64,12 +85,19 @@ def main(request: dict) -> dict:
             continue
         if run.get("chats"):
             write_chats(run["chats"], run["tokenizer"], args.dataset_path)
+        url, counter = request.get("metrics_url"), request.get("counter")
+        before = read_counter(url, counter) if url else None
         with contextlib.redirect_stdout(io.StringIO()) as printed, \
                 mock.patch.object(datasets, "CustomDataset", JsonlCustomDataset):  # stdout kept for the JSON answer
             result = serve.main(args)
         sys.stderr.write(printed.getvalue())
-        out.append({"name": run["name"], "args": run["args"],
-                    "result": {k: v for k, v in result.items() if k not in PER_REQUEST}})
+        entry = {"name": run["name"], "args": run["args"],
+                 "result": {k: v for k, v in result.items() if k not in PER_REQUEST},
+                 "requests": {k: result[k] for k in KEPT_PER_REQUEST if k in result}}
+        if url:
+            time.sleep(SETTLE_S)
+            entry["counter"] = {"name": counter, "before": before, "after": read_counter(url, counter)}
+        out.append(entry)
     return {"version": vllm.__version__, "runs": out}
 
 
