@@ -119,7 +119,7 @@ kv_tokens = prof.kv_cache_tokens or 2 * prof.max_model_len  # one KV budget, in 
 warm = h2h.warm_up(runs)
 parts, per_request, capacity, launched = [], [], {}, {}
 for engine in engines:
-    with h2h.serving(engine, prof, kv_cache_tokens=kv_tokens) as server:
+    with h2h.quiet_running(engine, prof, kv_cache_tokens=kv_tokens) as server:
         capacity[engine] = engine_capacity(server)
         launched[engine] = {"argv": server.spec.argv, "env": {**server.spec.env, **server.extra_env}}
         summary, sent = h2h.measure(server, runs, output_tokens=output_tokens, warm=warm)

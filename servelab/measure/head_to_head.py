@@ -144,7 +144,7 @@ def multi_turn_chats(seed: int, conversations: int, turns: int) -> tuple:
 
 
 @contextlib.contextmanager
-def serving(engine: str, profile: Profile, **options: Any) -> Iterator[Server]:
+def quiet_running(engine: str, profile: Profile, **options: Any) -> Iterator[Server]:
     """A started `Server(engine, profile, **options)`, always stopped; its start-up progress bar (written to
     stderr) is kept out of the notebook. A failed start still raises, naming the log."""
     server = Server(engine, profile, **options)
