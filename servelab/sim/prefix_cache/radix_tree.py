@@ -166,13 +166,9 @@ class RadixTree:
         parent.children[new.tokens[0]] = new
         return new
 
-    # ---- the cache operations ---------------------------------------------------------------------
-    def match_prefix(self, tokens: Sequence[int]) -> MatchResult:
-        """The longest cached prefix of ``tokens``; stamps the path and splits the node the match ends in."""
-        tokens = tuple(tokens)
-        if not tokens:
-            return MatchResult(0, self.root)
-        now = self._tick()
+    def _walk(self, tokens: tuple[int, ...], now: int) -> tuple[int, RadixNode]:
+        """Follow ``tokens`` down from the root, stamping every node passed with ``now``; where they part
+        inside a node, split it there. Returns (tokens matched, the node the match ends in)."""
         node = self.root
         node.last_access = now
         matched = 0
@@ -181,23 +177,23 @@ class RadixTree:
             n = _common_prefix(child.tokens, tokens[matched:])
             matched += n
             if n < len(child):
-                node = self._split(child, n)
-                break
+                return matched, self._split(child, n)
             node = child
+        return matched, node
+
+    # ---- the cache operations ---------------------------------------------------------------------
+    def match_prefix(self, tokens: Sequence[int]) -> MatchResult:
+        """The longest cached prefix of ``tokens``; stamps the path and splits the node the match ends in."""
+        tokens = tuple(tokens)
+        if not tokens:
+            return MatchResult(0, self.root)
+        matched, node = self._walk(tokens, self._tick())
         return MatchResult(matched, node)
 
     def insert(self, tokens: Sequence[int]) -> InsertResult:
         """Cache ``tokens``: walk and stamp the shared prefix, split where they part, add the rest as a leaf."""
         tokens = tuple(tokens)
-        now = self._tick()
-        node = self.root
-        node.last_access = now
-        matched = 0
-        while matched < len(tokens) and (child := node.children.get(tokens[matched])) is not None:
-            child.last_access = now
-            n = _common_prefix(child.tokens, tokens[matched:])
-            matched += n
-            node = self._split(child, n) if n < len(child) else child
+        matched, node = self._walk(tokens, self._tick())
         if matched < len(tokens):
             leaf = self._new_node(tokens[matched:], node)
             node.children[leaf.tokens[0]] = leaf
