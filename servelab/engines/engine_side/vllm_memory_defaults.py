@@ -14,9 +14,9 @@ import dataclasses
 import inspect
 import json
 
-GIB = 1 << 30
-CUDA_DEVICES = (("24 GiB (L4-class)", 24, "nvidia l4"), ("80 GiB H100", 80, "nvidia h100 80gb hbm3"),
-                ("141 GiB H200", 141, "nvidia h200"))
+from vllm_scheduler_defaults import CUDA_DEVICES, batch_defaults_on  # beside this script
+
+SERVE_DEVICES = ("24 GiB (L4-class)", "80 GiB H100", "141 GiB H200")  # labels of CUDA_DEVICES reported here
 
 
 def first_sentence(text: str | None) -> str:
@@ -24,13 +24,9 @@ def first_sentence(text: str | None) -> str:
 
 
 def main() -> dict:
-    from types import SimpleNamespace
-    from unittest import mock
-
     import vllm
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig
     from vllm.config.utils import get_attr_docs
-    from vllm.engine import arg_utils
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.worker import utils as worker_utils
 
@@ -43,11 +39,9 @@ def main() -> dict:
     source = " ".join(inspect.getsource(worker_utils.request_memory).split())
     seqs = {}
     for label, gib, name in CUDA_DEVICES:
-        device = SimpleNamespace(get_device_total_memory=lambda gib=gib: gib * GIB,
-                                 get_device_name=lambda name=name: name, is_cpu=lambda: False, is_tpu=lambda: False)
-        with mock.patch.object(arg_utils, "current_platform", device):
-            _, num_seqs = arg_utils.EngineArgs.get_batch_defaults(world_size=1)
-        seqs[label] = num_seqs.get(UsageContext.OPENAI_API_SERVER)
+        if label in SERVE_DEVICES:
+            _, num_seqs = batch_defaults_on(gib, name)
+            seqs[label] = num_seqs.get(UsageContext.OPENAI_API_SERVER)
     return {"version": vllm.__version__, "fields": fields,
             "request_memory_is_total_times_fraction":
                 "init_snapshot.total_memory * cache_config.gpu_memory_utilization" in source,

@@ -44,20 +44,28 @@ def main(world_sizes: list[int]) -> dict:
             "partial_prefill_fields": sorted(n for n in fields if "partial_prefill" in n)}
 
 
-def cuda_defaults() -> dict[str, dict[str, int]]:
-    """`get_batch_defaults` per stand-in CUDA device (world size 1; the CUDA branches ignore it)."""
+def batch_defaults_on(gib: int, name: str) -> tuple[dict, dict]:
+    """`EngineArgs.get_batch_defaults` (max_num_batched_tokens, max_num_seqs by usage context) with the
+    platform replaced by a stand-in CUDA device of `gib` GiB named `name` (world size 1; the CUDA
+    branches ignore it)."""
     from types import SimpleNamespace
     from unittest import mock
 
     from vllm.engine import arg_utils
+
+    device = SimpleNamespace(get_device_total_memory=lambda: gib * GIB, get_device_name=lambda: name,
+                             is_cpu=lambda: False, is_tpu=lambda: False)
+    with mock.patch.object(arg_utils, "current_platform", device):
+        return arg_utils.EngineArgs.get_batch_defaults(world_size=1)
+
+
+def cuda_defaults() -> dict[str, dict[str, int]]:
+    """Default max_num_batched_tokens per stand-in CUDA device."""
     from vllm.usage.usage_lib import UsageContext
 
     out = {}
     for label, gib, name in CUDA_DEVICES:
-        device = SimpleNamespace(get_device_total_memory=lambda gib=gib: gib * GIB,
-                                 get_device_name=lambda name=name: name, is_cpu=lambda: False, is_tpu=lambda: False)
-        with mock.patch.object(arg_utils, "current_platform", device):
-            tokens, _ = arg_utils.EngineArgs.get_batch_defaults(world_size=1)
+        tokens, _ = batch_defaults_on(gib, name)
         out[label] = {"serve": tokens.get(UsageContext.OPENAI_API_SERVER),
                       "LLM class": tokens.get(UsageContext.LLM_CLASS)}
     return out
