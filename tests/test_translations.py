@@ -117,28 +117,33 @@ def test_markup_links_math_and_placeholders():
     assert po_markup.differences("k = {k}", "k", code=True) == ["lost placeholder '{k}'"]
 
 
-def test_glossary_flags_a_missing_term(tmp_path, monkeypatch):
+@pytest.fixture
+def scratch_catalog(tmp_path, monkeypatch):
+    """Write a catalog as the only one, domain ``x``, of any language, in a temporary folder."""
+    monkeypatch.setattr(catalogs, "po_path", lambda lang, domain: tmp_path / "x.po")
+    monkeypatch.setattr(catalogs, "domains", lambda lang: ["x"])
+    return lambda catalog: catalogs.write(catalog, tmp_path / "x.po")
+
+
+def test_glossary_flags_a_missing_term(scratch_catalog):
     from babel.messages.catalog import Catalog
 
     catalog = Catalog(locale="de")
     catalog.add("Each block holds tokens.", "Jeder Abschnitt enthält Token.")
     catalog.add("The block table.", "Die Tabelle.", user_comments=["glossary-ignore: block (a table, not a KV block)"])
     catalog.add("A KV cache.", "Ein KV-Cache.")
-    monkeypatch.setattr(catalogs, "po_path", lambda lang, domain: tmp_path / "x.po")
-    catalogs.write(catalog, tmp_path / "x.po")
+    scratch_catalog(catalog)
     assert glossary.problems("de", "x") == ["de/x: 'block' should read 'Block': 'Jeder Abschnitt enthält Token.'"]
 
 
-def test_stat_counts_fuzzy_as_not_translated(tmp_path, monkeypatch):
+def test_stat_counts_fuzzy_as_not_translated(scratch_catalog, tmp_path):
     from babel.messages.catalog import Catalog
 
     catalog = Catalog(locale="es")
     catalog.add("one", "uno")
     catalog.add("two", "dos", flags=["fuzzy"])
     catalog.add("three", "")
-    monkeypatch.setattr(catalogs, "po_path", lambda lang, domain: tmp_path / "x.po")
-    monkeypatch.setattr(catalogs, "domains", lambda lang: ["x"])
-    catalogs.write(catalog, tmp_path / "x.po")
+    scratch_catalog(catalog)
     s = catalogs.stat("es", "x")
     assert (s.total, s.translated, s.fuzzy, s.untranslated, s.complete) == (3, 1, 1, 1, False)
     assert catalogs.todo("es", "x").count("msgid \"t") == 2  # two, three
