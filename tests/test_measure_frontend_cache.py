@@ -82,3 +82,29 @@ def test_recorded_calls_become_requests_grouped_by_overlap(monkeypatch: pytest.M
     recorded[0]["answer"]["meta_info"]["prompt_tokens"] = 4
     with pytest.raises(ValueError, match="/tokenize made 3 tokens of a prompt SGLang counted as 4"):
         fc.to_requests(object(), recorded)
+
+
+def _timed(prompt: list[int], sent: float, answered: float, output: list[int] = (), reported: int = 0,
+           finish: str = "length") -> fc.Request:
+    return fc.Request(0, list(prompt), list(output), len(prompt) - 1, reported, finish, sent, answered)
+
+
+def test_timing_splits_answered_from_in_flight() -> None:
+    reqs = [_timed([1], 0.0, 1.0), _timed([2], 1.5, 4.0), _timed([3], 2.0, 3.0), _timed([4], 3.5, 5.0)]
+    assert fc.timing(reqs) == [([], []), ([0], []), ([0], [1]), ([0, 2], [1])]
+
+
+def test_a_request_sent_after_its_branch_answered_finds_the_branch_output_though_another_flies() -> None:
+    branch_a = _timed([1, 2, 3, 4], 0.0, 2.0, output=[5, 6, 7])
+    branch_b = _timed([1, 2, 3, 9], 0.0, 4.0, output=[8, 8])
+    commit_a = _timed([1, 2, 3, 4, 5, 6, 7, 0], 2.5, 3.0)  # continues branch a, sent while branch b still runs
+    table = fc.predict_timed([branch_a, branch_b, commit_a], overlap=True)
+    # branch a finished by length, so its last token was never fed; branch b may or may not be cached: its own
+    # tokens share only the first three with the commit
+    assert table["low"].tolist() == [0, 0, 6] and table["high"].tolist() == [0, 3, 6]
+    grouped = fc.predict([fc.Request(0, r.prompt, r.output, r.limit, 0, r.finish) for r in (branch_a, branch_b)]
+                         + [fc.Request(0, commit_a.prompt, [], commit_a.limit, 0)], overlap=True)
+    assert grouped["high"].tolist()[2] == 4  # the group model misses the branch's generated tokens
+    assert fc.predict_timed([branch_a, branch_b, commit_a], page_size=4, overlap=True)["low"].tolist() == [0, 0, 4]
+    with pytest.raises(ValueError, match="SGLang would evict"):
+        fc.predict_timed([branch_a, commit_a], overlap=True, capacity=5)

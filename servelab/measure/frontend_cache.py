@@ -29,7 +29,9 @@ tree as it was before the group (none sees another member); `high`, each member 
 prompts of the members sent before it, an upper bound except that it leaves out those members'
 generated tokens (which members that branch off after a shared prompt do not reach anyway). The
 cache is assumed large enough that nothing is evicted; `predict` checks that against a `capacity`
-when given one.
+when given one. `predict_timed` (chapter 03's agent tree) draws the same range from each request's own
+send and answer times: a request sent after another was answered finds it whole, even while a third is
+still in flight.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class Request:
     limit: int  # most prompt tokens it may take from the cache
     reported_cached: int
     finish: str = "stop"  # SGLang's finish_reason type: "length" (max_new_tokens reached), "stop", ...
+    sent_s: float = 0.0  # when it was sent and answered (the recorder's clock)
+    answered_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,8 @@ def to_requests(server: Server, recorded: Sequence[dict[str, Any]]) -> list[Requ
                 limit = min(limit, body["logprob_start_len"])
             finish = (answer["meta_info"].get("finish_reason") or {}).get("type", "")
             out.append(Request(group, prompt, list(answer.get("output_ids") or []), max(limit, 0),
-                               int(answer["meta_info"].get("cached_tokens", 0)), finish))
+                               int(answer["meta_info"].get("cached_tokens", 0)), finish, call["sent_s"],
+                               call["answered_s"]))
     return out
 
 
@@ -157,3 +162,41 @@ def predict(reqs: Sequence[Request], page_size: int = 1, *, overlap: bool, capac
         raise ValueError(f"the requests hold {tree.total_tokens} tokens, more than the cache's {capacity}; "
                          "SGLang would evict, which this replay does not model")
     return pd.DataFrame(rows)
+
+
+def timing(reqs: Sequence[Request]) -> list[tuple[list[int], list[int]]]:
+    """Per request (in the order sent): the requests answered before it was sent (``done``), and those sent
+    before it and still in flight then (``flying``), as indices. An answered request's tokens are in the
+    tree (SGLang answers after it has cached a finished request); a flying one's may or may not be."""
+    out = []
+    for i, r in enumerate(reqs):
+        done = [j for j, q in enumerate(reqs) if j != i and q.answered_s <= r.sent_s]
+        out.append((done, [j for j in range(i) if j not in done]))
+    return out
+
+
+def predict_timed(reqs: Sequence[Request], page_size: int = 1, *, overlap: bool, capacity: int | None = None
+                  ) -> pd.DataFrame:
+    """Like ``predict``, from each request's own send and answer times instead of groups: ``low``, the tree
+    holding what was answered before it was sent; ``high``, also every request in flight then, generated
+    tokens included (an upper bound). Requests listed in the order sent."""
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size!r}")
+
+    def pages(n: int) -> int:
+        return n // page_size * page_size
+
+    def hit(members: Sequence[int], r: Request) -> int:
+        tree = RadixTree()
+        for j in members:
+            stored = reqs[j].prompt + fed(reqs[j], overlap)
+            tree.insert(stored[:pages(len(stored))])
+        if capacity is not None and tree.total_tokens > capacity:
+            raise ValueError(f"the requests hold {tree.total_tokens} tokens, more than the cache's {capacity}; "
+                             "SGLang would evict, which this replay does not model")
+        return pages(min(tree.match_prefix(r.prompt[:pages(r.limit)]).length, r.limit))
+
+    return pd.DataFrame([{"group": r.group, "prompt tokens": len(r.prompt), "generated": len(r.output),
+                          "finish": r.finish, "limit": r.limit, "low": hit(done, r), "high": hit(done + flying, r),
+                          "reported": r.reported_cached}
+                         for r, (done, flying) in zip(reqs, timing(reqs), strict=True)])
