@@ -96,20 +96,21 @@ async def _stream_one(client: AsyncOpenAI, model: str, prompt: str | list[dict],
 
 
 async def _run(server: Endpoint, prompts: Sequence[str | list[dict]], concurrency: int, max_tokens: int,
-               temperature: float, extra: dict[str, Any], progress: bool) -> list[Result]:
+               temperature: float, extra: dict[str, Any], progress: bool,
+               per_request: Sequence[dict[str, Any]]) -> list[Result]:
     client = AsyncOpenAI(base_url=server.api_url, api_key="servelab", timeout=3600, max_retries=0)
     gate = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(prompts), desc=f"requests (concurrency {concurrency})", disable=not progress, mininterval=2)
     t0 = time.perf_counter()
 
-    async def one(p: str | list[dict]) -> Result:
+    async def one(p: str | list[dict], own: dict[str, Any]) -> Result:
         async with gate:
-            result = await _stream_one(client, server.served_model, p, t0, max_tokens, temperature, extra)
+            result = await _stream_one(client, server.served_model, p, t0, max_tokens, temperature, {**extra, **own})
         bar.update()
         return result
 
     try:
-        return await asyncio.gather(*(one(p) for p in prompts))
+        return await asyncio.gather(*(one(p, own) for p, own in zip(prompts, per_request, strict=True)))
     finally:
         bar.close()
         await client.close()
@@ -117,15 +118,20 @@ async def _run(server: Endpoint, prompts: Sequence[str | list[dict]], concurrenc
 
 def run_load(server: Endpoint, prompts: Sequence[str | list[dict]], *, concurrency: int = 1,
              max_tokens: int = 64, temperature: float = 0.0, progress: bool = True,
-             **extra: Any) -> pd.DataFrame:
+             per_request: Sequence[dict[str, Any]] | None = None, **extra: Any) -> pd.DataFrame:
     """Send every prompt, at most `concurrency` in flight; one row per request.
 
-    Extra keyword arguments go to the API (e.g. `n=4`, `extra_body={"ignore_eos": True}`). Works in
-    a plain script and inside Jupyter's running event loop.
+    Extra keyword arguments go to the API (e.g. `n=4`, `extra_body={"ignore_eos": True}`);
+    `per_request`, one dict per prompt, adds (and overrides) keyword arguments for that prompt alone
+    (e.g. a `cache_salt` of its own in `extra_body`). Works in a plain script and inside Jupyter's
+    running event loop.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    coro = _run(server, prompts, concurrency, max_tokens, temperature, extra, progress)
+    if per_request is not None and len(per_request) != len(prompts):
+        raise ValueError(f"per_request needs one dict per prompt: {len(per_request)} for {len(prompts)} prompts")
+    own = list(per_request) if per_request is not None else [{} for _ in prompts]
+    coro = _run(server, prompts, concurrency, max_tokens, temperature, extra, progress, own)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -1,0 +1,98 @@
+"""Chapter 03: a burst's throughput with prefix caching on and off, on one server, told apart by cache salts.
+
+Both engines accept a per-request ``cache_salt`` (vLLM's OpenAI ``cache_salt``, mixed into the hash of
+a request's first block and so, through the chain, of every block: ``vllm/v1/core/kv_cache_utils.py``;
+SGLang's ``cache_salt``, part of every child key of its radix tree, ``RadixKey`` in
+``sglang/srt/mem_cache/radix_cache.py``). A request whose salt no other request carries can share
+nothing with any other, cached or in flight. So the same prompts sent at once, once without salts
+(cache on) and once with a salt each (cache off), compare caching on and off on the same server.
+
+Each run empties the cache first. The cache-on run then sends one more request with the shared prefix,
+untimed, so that the burst finds it cached, as it would on a server that has served that prompt before
+(SGLang under its default ``fcfs`` does not share a prefix among requests prefilled in the same step).
+Every request generates exactly ``output_tokens`` tokens (``min_tokens`` = ``max_tokens``), so the runs do
+the same decoding work and differ only in what they prefill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from servelab.engines.client import run_load
+from servelab.engines.server import Server
+from servelab.measure.prefix_cache_live import counters, flush
+from servelab.measure.prefix_workloads import Message
+
+_FORBIDDEN = set("@/\\\x00")  # vLLM refuses a salt with these (validate_cache_salt), or longer than 128
+
+
+def unique_salts(count: int, tag: str) -> list[str]:
+    """``count`` different salts, accepted by both engines (``tag`` names the run)."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    salts = [f"servelab-{tag}-{i}" for i in range(count)]
+    if len(salts[-1]) > 128 or _FORBIDDEN & set(tag):
+        raise ValueError(f"tag {tag!r} makes salts vLLM refuses (at most 128 characters, none of @ / \\ NUL)")
+    return salts
+
+
+def request_options(count: int, output_tokens: int, salts: Sequence[str] | None) -> list[dict[str, Any]]:
+    """Per request, the API's extra body: exactly ``output_tokens`` generated, and its salt if any."""
+    if output_tokens < 1:
+        raise ValueError(f"output_tokens must be >= 1, got {output_tokens}")
+    if salts is not None and (len(salts) != count or len(set(salts)) != count):
+        raise ValueError(f"need {count} different salts, got {list(salts)}")
+    return [{"extra_body": {"min_tokens": output_tokens, **({"cache_salt": salts[i]} if salts else {})}}
+            for i in range(count)]
+
+
+def summarize(frame: pd.DataFrame, counted: dict[str, float]) -> dict[str, float]:
+    """One run's totals: wall time from the first request sent to the last answer, rates, cached tokens."""
+    seconds = float((frame.start_s + frame.latency_s).max() - frame.start_s.min())
+    return {"requests": len(frame), "seconds": seconds, "requests/s": len(frame) / seconds,
+            "output tokens": int(frame.completion_tokens.sum()),
+            "output tokens/s": float(frame.completion_tokens.sum()) / seconds,
+            "prompt tokens": int(frame.prompt_tokens.sum()),
+            "cached tokens (requests)": int(frame.cached_tokens.sum()),
+            "prompt tokens (counter)": int(counted["queries"]), "cached tokens (counter)": int(counted["hits"])}
+
+
+def burst(server: Server, warm: Sequence[Message], prompts: Sequence[Sequence[Message]], *, output_tokens: int,
+          salted: bool) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Empty the cache, then (cache on) send ``warm`` alone, then every prompt at once; rows and totals."""
+    flush(server)
+    if not salted:
+        run_load(server, [list(warm)], max_tokens=1, progress=False)
+    options = request_options(len(prompts), output_tokens, unique_salts(len(prompts), "off") if salted else None)
+    before = counters(server)
+    frame = run_load(server, [list(p) for p in prompts], concurrency=len(prompts), max_tokens=output_tokens,
+                     progress=False, per_request=options)
+    after = counters(server)
+    if (frame.completion_tokens != output_tokens).any():
+        raise RuntimeError(f"{server.engine} generated {sorted(set(frame.completion_tokens))} tokens, "
+                           f"not exactly {output_tokens}")
+    return frame, summarize(frame, {k: after[k] - before[k] for k in after})
+
+
+def on_off(server: Server, warm: Sequence[Message], prompts: Sequence[Sequence[Message]], *,
+           output_tokens: int) -> pd.DataFrame:
+    """The burst with the cache on, then off (a salt each); one row per run, indexed by ``cache``."""
+    rows = {}
+    for cache, salted in (("on", False), ("off", True)):
+        rows[cache] = burst(server, warm, prompts, output_tokens=output_tokens, salted=salted)[1]
+    return pd.DataFrame(rows).T.rename_axis("cache")
+
+
+def ratios(runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per engine (``runs``: its ``on_off`` table): throughput with the cache on / off, and cached tokens."""
+    return pd.DataFrame({engine: {
+        "requests/s on/off": t.loc["on", "requests/s"] / t.loc["off", "requests/s"],
+        "output tokens/s on/off": t.loc["on", "output tokens/s"] / t.loc["off", "output tokens/s"],
+        "cached tokens on": int(t.loc["on", "cached tokens (requests)"]),
+        "cached tokens off": int(t.loc["off", "cached tokens (requests)"]),
+        "cached tokens on (counter)": int(t.loc["on", "cached tokens (counter)"]),
+        "cached tokens off (counter)": int(t.loc["off", "cached tokens (counter)"]),
+    } for engine, t in runs.items()}).T

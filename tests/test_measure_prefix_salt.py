@@ -1,0 +1,62 @@
+"""Chapter 03's caching on/off burst: salts, per-request options, and the run's totals and ratios (no server)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from servelab.engines.client import run_load
+from servelab.measure import prefix_salt as ps
+
+
+def test_salts_are_unique_and_refused_where_vllm_would_refuse_them() -> None:
+    salts = ps.unique_salts(5, "off")
+    assert len(set(salts)) == 5
+    with pytest.raises(ValueError, match="tag 'a/b'"):
+        ps.unique_salts(2, "a/b")
+    with pytest.raises(ValueError, match="at most 128"):
+        ps.unique_salts(1, "x" * 130)
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        ps.unique_salts(0, "off")
+
+
+def test_each_request_generates_exactly_its_tokens_and_carries_its_own_salt() -> None:
+    on = ps.request_options(2, 4, None)
+    assert on == [{"extra_body": {"min_tokens": 4}}] * 2
+    off = ps.request_options(2, 4, ["a", "b"])
+    assert [o["extra_body"]["cache_salt"] for o in off] == ["a", "b"]
+    with pytest.raises(ValueError, match="need 2 different salts"):
+        ps.request_options(2, 4, ["a", "a"])
+    with pytest.raises(ValueError, match="output_tokens must be >= 1"):
+        ps.request_options(2, 0, None)
+
+
+def test_a_run_is_timed_from_its_first_request_sent_to_its_last_answer() -> None:
+    frame = pd.DataFrame({"start_s": [0.5, 0.6], "latency_s": [1.0, 2.9], "completion_tokens": [4, 4],
+                          "prompt_tokens": [100, 100], "cached_tokens": [90, 90]})
+    totals = ps.summarize(frame, {"queries": 200.0, "hits": 180.0})
+    assert totals["seconds"] == pytest.approx(3.0)
+    assert totals["requests/s"] == pytest.approx(2 / 3) and totals["output tokens/s"] == pytest.approx(8 / 3)
+    assert totals["cached tokens (requests)"] == 180 and totals["cached tokens (counter)"] == 180
+
+
+def test_ratios_compare_on_with_off_per_engine() -> None:
+    def run(on_s: float, off_s: float, cached_on: int) -> pd.DataFrame:
+        rows = {"on": {"requests/s": 3 / on_s, "output tokens/s": 12 / on_s, "cached tokens (requests)": cached_on,
+                       "cached tokens (counter)": cached_on},
+                "off": {"requests/s": 3 / off_s, "output tokens/s": 12 / off_s, "cached tokens (requests)": 0,
+                        "cached tokens (counter)": 0}}
+        return pd.DataFrame(rows).T
+
+    table = ps.ratios({"vLLM": run(1.0, 4.0, 300), "SGLang": run(2.0, 3.0, 320)})
+    assert table.loc["vLLM", "requests/s on/off"] == pytest.approx(4.0)
+    assert table.loc["SGLang", "output tokens/s on/off"] == pytest.approx(1.5)
+    assert table.loc["SGLang", "cached tokens on"] == 320 and table.loc["vLLM", "cached tokens off"] == 0
+
+
+def test_per_request_options_need_one_dict_per_prompt() -> None:
+    class Nowhere:
+        api_url, served_model = "http://127.0.0.1:9/v1", "none"
+
+    with pytest.raises(ValueError, match="per_request needs one dict per prompt: 1 for 2 prompts"):
+        run_load(Nowhere(), ["a", "b"], per_request=[{}])
