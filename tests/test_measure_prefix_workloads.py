@@ -153,3 +153,13 @@ def test_bad_arguments_are_one_line_errors():
         pw.retrieval(0, documents=2)
     with pytest.raises(ValueError, match="requests must be <= 26"):
         pw.no_sharing(0, requests=27)
+
+
+def test_agent_fork_texts_carry_their_markers_and_depend_on_the_seed():
+    texts = pw.agent_fork_texts(0, branches=3, sub_branches=2)
+    assert [t.split(". ")[0] for t in texts["branches"]] == ["Branch 0", "Branch 1", "Branch 2"]
+    assert [[t.split(". ")[0] for t in subs] for subs in texts["sub_branches"]][2] == ["Sub-branch 2.0",
+                                                                                      "Sub-branch 2.1"]
+    assert texts["task"].startswith("Task. ") and texts != pw.agent_fork_texts(1, branches=3, sub_branches=2)
+    with pytest.raises(ValueError, match="branches and sub_branches must be >= 1"):
+        pw.agent_fork_texts(0, branches=0)

@@ -112,6 +112,20 @@ def agent_tree(seed: int = 0, branches: int = 3, sub_branches: int = 2, root_wor
     return out
 
 
+def agent_fork_texts(seed: int = 0, branches: int = 2, sub_branches: int = 2, root_words: int = 200,
+                     step_words: int = 50) -> dict[str, object]:
+    """The texts of chapter 03's agent tree run with SGLang's frontend ``fork`` (``sgl_agent_tree.py``): a system
+    prompt and a task (``root_words`` together), one prompt per branch and ``sub_branches`` per branch, each
+    starting with its marker ("Branch 1.", "Sub-branch 1.0."), so that a request's text names its place."""
+    if branches < 1 or sub_branches < 1:
+        raise ValueError(f"branches and sub_branches must be >= 1, got {branches} and {sub_branches}")
+    return {"system": _text(seed, "af-sys", root_words // 2),
+            "task": "Task. " + _text(seed, "af-task", root_words // 2),
+            "branches": [f"Branch {b}. " + _text(seed, f"af-b-{b}", step_words) for b in range(branches)],
+            "sub_branches": [[f"Sub-branch {b}.{s}. " + _text(seed, f"af-s-{b}-{s}", step_words)
+                              for s in range(sub_branches)] for b in range(branches)]}
+
+
 def retrieval(seed: int = 0, requests: int = 10, documents: int = 6, doc_words: int = 150,
               question_words: int = 20, system_words: int = 30) -> list[ChatRequest]:
     """Each request quotes 1-3 documents of a shared pool, in retrieval order, then asks a question."""
