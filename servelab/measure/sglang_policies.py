@@ -71,7 +71,8 @@ def policy_frame(report: dict[str, Any]) -> pd.DataFrame:
             rows.append({**base, "position": i, "request": name, "matched": matched[name],
                          "deprioritized": name in run["deprioritized"]})
     frame = pd.DataFrame(rows, columns=["case", "policy", "active", "position", "request", "matched",
-                                        "deprioritized", "error", "cause"])
+                                        "deprioritized", "error", "cause"]).astype({"position": "Int64",
+                                                                                       "matched": "Int64"})
     frame.attrs.update({k: v for k, v in report.items() if k not in ("runs", "matched")}, matched=matched)
     return frame
 
