@@ -52,6 +52,10 @@ burst_shared_share = 0.26     # the cached prefix, as a share of the KV budget
 burst_newcomer_share = 0.3    # each fresh prompt, as a share of the KV budget (together with the prefix: > 1)
 burst_stagger_s = 0.2         # the burst's requests are queued this far apart while the engine is paused
 off_requests = 3              # few-shot requests sent again, each after emptying the cache
+salted_requests = 3           # caching on and off under load: few-shot requests sent at once, without and with a salt
+salted_output_tokens = 4      # ... each generating exactly this many tokens
+fork_tree = {"branches": 2, "sub_branches": 2}  # the agent tree run with SGLang's frontend fork
+fork_max_tokens = 8           # tokens each of its generations produces at most (greedy)
 
 # %%
 from concurrent.futures import ThreadPoolExecutor
@@ -265,9 +269,11 @@ print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().a
 # - **few_shot**: one long system prompt with worked examples before every question.
 # - **agent_tree**: an agent that forks, in the shape SGLang's frontend `fork` gives it
 #   (`StreamExecutor.fork` in `sglang/lang/interpreter.py`): the shared prefix is sent first
-#   (committed), then the branches continue it. The frontend runs the branches in parallel; here
-#   they are sent one after another (the root, two branches, two steps under each), so that every
-#   hit can be predicted request by request. Chapter 00 runs real frontend programs.
+#   (committed), then the branches continue it. Here the requests are sent one after another (the
+#   root, two branches, two steps under each), so that every hit can be predicted exactly, request
+#   by request: this is the predictable version. The frontend itself runs the branches in
+#   parallel; the section on the agent tree through `fork`, after the hit tables, runs a tree of
+#   the same shape through SGLang's real frontend and replays it on vLLM.
 # - **retrieval**: each request quotes one to three documents from a shared pool, then asks.
 # - **no_sharing**: the control, every prompt different from its first word.
 #
@@ -334,13 +340,15 @@ pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min"
 #
 # Each server runs the **cycle** workload in the same go (it is read in the section on eviction),
 # and then the first `off_requests` few-shot requests once more, each after emptying the cache:
-# every one of them prefills its whole prompt, as with the cache turned off (the section on
-# caching on and off).
+# every one of them prefills its whole prompt, as with the cache turned off. Last comes a burst of
+# `salted_requests` few-shot requests sent at once, twice: as they are, and with a cache salt of
+# their own each (both are explained in the section on caching on and off).
 #
 # ### vLLM
 
 # %%
 from servelab.engines.metrics import scrape
+from servelab.measure import prefix_salt
 from servelab.measure.prefix_cache_live import predict_hits, run_cold, run_workloads
 
 hit_workloads = [name for name in tokens if name != "cycle"]
@@ -353,6 +361,9 @@ vllm_hits["predicted"] = np.concatenate([
     predict_hits("block", tokens[n], block_size=vllm_built["block_size"], capacity=vllm_built["usable"])
     for n in [*hit_workloads, "cycle"]])
 vllm_cold = run_cold(vllm, tokens["few_shot"][:off_requests], ids["few_shot"][:off_requests])
+salted = make("few_shot", seed, **{**workload_sizes["few_shot"], "requests": salted_requests + 1})
+vllm_salted = prefix_salt.on_off(vllm, salted[0].messages, [r.messages for r in salted[1:]],
+                                 output_tokens=salted_output_tokens)
 vllm_cycle = vllm_hits[vllm_hits.workload == "cycle"].reset_index(drop=True)
 vllm_hits = vllm_hits[vllm_hits.workload != "cycle"].reset_index(drop=True)
 vllm_rates = vllm_rates[vllm_rates.workload != "cycle"].reset_index(drop=True)
@@ -385,6 +396,8 @@ sglang_hits["predicted"] = np.concatenate([
     predict_hits("radix", tokens[n], capacity=sglang_built["usable"], page_size=sglang_built["block_size"])
     for n in [*hit_workloads, "cycle"]])
 sglang_cold = run_cold(sglang, tokens["few_shot"][:off_requests], ids["few_shot"][:off_requests])
+sglang_salted = prefix_salt.on_off(sglang, salted[0].messages, [r.messages for r in salted[1:]],
+                                   output_tokens=salted_output_tokens)
 sglang_cycle = sglang_hits[sglang_hits.workload == "cycle"].reset_index(drop=True)
 sglang_hits = sglang_hits[sglang_hits.workload != "cycle"].reset_index(drop=True)
 sglang_rates = sglang_rates[sglang_rates.workload != "cycle"].reset_index(drop=True)
@@ -452,7 +465,85 @@ print(not aligned or (both.sglang >= both.vllm).all(), not aligned or (both.sgla
 # checks). A prompt sent twice is the extreme case: SGLang reuses all but its last token (in whole
 # pages, one token each unless the server's page size is larger), vLLM rounds that down to whole
 # blocks, which for a prompt shorter than a block is nothing.
+
+# %% [markdown]
+# ### An agent tree through SGLang's frontend `fork`
 #
+# The **agent_tree** workload above imitates the shape of `fork` and sends its requests one after
+# another. Here a tree of the same shape runs through SGLang's real frontend language, in SGLang's
+# Python environment, against the SGLang server above
+# (`servelab/engines/engine_side/sgl_agent_tree.py`): a system prompt and a task, a generated
+# plan, a `fork` into branches that each generate a step, and a `fork` of every branch into
+# sub-branches that each generate a result (`fork_tree`), greedy, at most `fork_max_tokens` tokens
+# per generation. The frontend runs every branch in a thread of its own, so the branches run in
+# parallel, as a real agent's would. Before it forks a state that holds text, `fork` sends that
+# text as a request that generates nothing, so that the branches find it cached
+# (`StreamExecutor.fork` in `sglang/lang/interpreter.py`, `commit_lazy_operations` in
+# `sglang/lang/backend/runtime_endpoint.py`); the table calls these requests the fork's commit.
+# `fork` looks for that text before it waits for the state's worker thread, so a fork called while
+# the thread has not yet written the queued text sends no commit; the program reads its plan
+# before it forks, which waits for it.
+#
+# Every `/generate` request the frontend sends is recorded with its text, its answer, and when it
+# was sent and answered (the recorder of chapter 00). Our radix tree replays them on SGLang's own
+# token ids, as in chapter 00, but from each request's own times: a request finds at least what had
+# been answered before it was sent (`low`), and at most that plus everything then in flight,
+# generated tokens included (`high`); which of the requests in flight together reached the tree
+# first is up to the scheduler. Then vLLM receives the same token ids in the same shape: each
+# request waits until the requests that SGLang had answered before it was sent are answered, so
+# requests in flight together on SGLang are in flight together on vLLM. Each asks for one token, so
+# only prompts are cached, and our block cache predicts the same kind of range. The column
+# `parent prefix` is what a branch shares with the commit of the fork it came from, in whole SGLang
+# pages.
+
+# %%
+from servelab.measure import agent_fork
+from servelab.measure.prefix_workloads import agent_fork_texts
+
+fork_run = agent_fork.run_on_sglang(sglang, agent_fork_texts(seed, **fork_tree), max_tokens=fork_max_tokens)
+fork_sglang = agent_fork.sglang_table(fork_run, page_size=sglang_built["block_size"], capacity=sglang_built["usable"],
+                                      overlap=not info["disable_overlap_schedule"], **fork_tree)
+fork_vllm, fork_vllm_counted = agent_fork.replay_on_vllm(lineup.take("vllm"), fork_run, capacity=vllm_built["usable"],
+                                                         block_size=vllm_built["block_size"])
+fork_table = fork_sglang[["request", "group", "prompt tokens", "generated", "parent prefix"]].assign(**{
+    "SGLang cached": fork_sglang.reported, "SGLang low": fork_sglang.low, "SGLang high": fork_sglang.high,
+    "vLLM cached": fork_vllm.cached_tokens, "vLLM low": fork_vllm.low, "vLLM high": fork_vllm.high,
+    "vLLM same ids": fork_vllm["same ids"]})
+fork_rates = {"SGLang": fork_run.counted["hits"] / fork_run.counted["queries"],
+              "vLLM": fork_vllm_counted["hits"] / fork_vllm_counted["queries"]}
+saved = results.save("prefix_agent_fork", fork_table, prof, sglang_counters=fork_run.counted,
+                     vllm_counters=fork_vllm_counted, max_tokens=fork_max_tokens, **fork_tree)
+agent_fork.save_jsonl(fork_run, saved.with_suffix(".jsonl"))
+print(f"Hit rate from the counters over the tree: SGLang {fork_rates['SGLang']:.0%}, vLLM {fork_rates['vLLM']:.0%} "
+      f"(vLLM block: {vllm_built['block_size']} tokens, SGLang page: {sglang_built['block_size']}); requests in "
+      f"flight together share a group number. The plan, as generated: {fork_run.outputs['plan']!r}")
+fork_table
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def within(engine):
+    return ((fork_table[f"{engine} cached"] >= fork_table[f"{engine} low"])
+            & (fork_table[f"{engine} cached"] <= fork_table[f"{engine} high"])).all()
+
+
+branch_rows = fork_table[fork_table["parent prefix"] > 0]
+print(within("SGLang"), within("vLLM"),
+      fork_table.request.str.endswith("(commit)").sum() == 1 + fork_tree["branches"],
+      len(branch_rows) == fork_tree["branches"] * (1 + fork_tree["sub_branches"]),
+      (branch_rows["SGLang cached"] >= branch_rows["parent prefix"]).all(),
+      fork_table.group.nunique() < len(fork_table))
+
+# %% [markdown]
+# Every report falls inside our range, on both engines (the first two checks). The frontend sent
+# a commit at each fork, the root's and every branch's (the third), and every branch and
+# sub-branch found the whole prefix its fork had committed on SGLang, even while its siblings ran
+# beside it (the fifth); the last check confirms that some requests were in flight together. A
+# commit repeats the text of the state it forks, so it finds the prompt of the request before it and
+# the tokens that request generated, except the last one, which was returned but never fed back
+# (chapter 00 explains when). vLLM, with one output token per request, caches prompts only, and in
+# whole blocks: the hit rates printed above compare what the two caches found in the same tree.
+
+# %% [markdown]
 # ### What the block size does
 #
 # The block size is vLLM's knob for this granularity (`--block-size`). Our block cache, refereed
@@ -594,9 +685,9 @@ print(f"in-batch prefix check: requests with at most {facts['IN_BATCH_PREFIX_CAC
 # prefix go first. It is not always on when chosen. In `SchedulePolicy._validate_and_adjust_policy`,
 # with the radix cache disabled `lpm`, `dfs-weight` and `hrrn` become FCFS, while
 # `shortest-prefill-first` refuses to start ("Experimental shortest-prefill-first requires prefix
-# caching"). In `_determine_active_policy`, `lpm` and `hrrn` become FCFS for any scheduling round
-# with more waiting requests than the limit printed above, because matching every waiting request
-# against the tree costs time on every round.
+# caching"; what a user sees instead is shown below). In `_determine_active_policy`, `lpm` and
+# `hrrn` become FCFS for any scheduling round with more waiting requests than the limit printed
+# above, because matching every waiting request against the tree costs time on every round.
 #
 # Cache-aware policies do one more thing (`_compute_prefix_matches`). A waiting request that finds
 # little in the cache (the first threshold printed above) is matched against the other waiting
@@ -608,15 +699,28 @@ print(f"in-batch prefix check: requests with at most {facts['IN_BATCH_PREFIX_CAC
 # A workload where order matters: one request caches a shared prefix; then a burst arrives, first
 # `burst_newcomers` fresh prompts, then `burst_reusers` requests that start with the cached prefix.
 # The fresh prompts and the prefix do not fit the cache together. The engine is paused while the
-# burst arrives (vLLM's `/pause` with `mode=keep`, SGLang's `/pause_generation` in place), so all
-# of it waits in the queue, in the order sent, when the scheduler resumes; without the pause a fast
-# machine would finish the first fresh prompt before the last request arrived. The burst runs on the
-# three servers: vLLM and SGLang, both first come, first served, and the SGLang server started with
-# `--schedule-policy lpm`. Each other policy would need one more server, so `dfs-weight`, `hrrn` and
-# `shortest-prefill-first` are read from the source here, not measured. These are the chapter's
-# last live measurements; the servers stop after them.
+# burst arrives (vLLM's `/pause` with `mode=keep`, SGLang's `/pause_generation` in place), so that
+# none of it is scheduled before the last request has been sent; without the pause a fast machine
+# would finish the first fresh prompt before the last request arrived. The two engines hold the
+# paused requests in different places. vLLM's engine core puts them in its waiting queue and
+# schedules nothing. SGLang's tokenizer manager holds each request before tokenizing it
+# (`generate_request` waits on `is_pause_cond` in `tokenizer_manager.py`); on resume they are
+# tokenized and sent to the scheduler one after another, so its first scheduling round may see
+# only the first few of them.
+#
+# The burst runs on the three servers: vLLM and SGLang, both first come, first served, and the
+# SGLang server started with `--schedule-policy lpm`. Each other policy would need one more server.
+# Instead, the next section runs SGLang's own ordering code for every policy on the same queue, in
+# SGLang's Python environment and without a server; it starts now, in the background, because
+# importing SGLang takes a while. These are the chapter's last live measurements; the servers stop
+# after them.
 
 # %%
+from servelab.measure.sglang_policies import sglang_policy_orders
+
+policy_pool = ThreadPoolExecutor(1)  # SGLang's ordering code, in-process (next section), while the servers run
+policy_job = policy_pool.submit(sglang_policy_orders, prof, warm_tokens, burst_tokens, burst_names,
+                                page_size=sglang_built["block_size"], seed=seed)
 bursts = {"vLLM, fcfs": run_burst(lineup.take("vllm"), warm_tokens, burst_tokens, burst_names,
                                   stagger_s=burst_stagger_s),
           "SGLang, fcfs": run_burst(lineup.take("sglang"), warm_tokens, burst_tokens, burst_names,
@@ -701,6 +805,131 @@ print(queued, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm
 # both, or no queue to reorder, the order costs nothing.
 
 # %% [markdown]
+# ### Every policy on the same queue, in-process
+#
+# The order itself is SGLang code that needs no model: `SchedulePolicy.calc_priority` in
+# `schedule_policy.py` sorts the waiting queue in place, once per scheduling round.
+# `servelab/engines/engine_side/sgl_schedule_policies.py` runs it in SGLang's venv. It builds the
+# prefix cache the server builds for this model, a `UnifiedRadixCache` (see the referees above), at
+# the server's page size, and inserts the warm-up prompt, as the live cache holds it when the burst
+# arrives. It queues one SGLang `Req` per burst request, in arrival order, each asking for one token
+# like the live ones, and lets every policy sort its own copy of the queue once: the first round,
+# with the whole burst waiting. Two policies are left out: `random` shuffles the queue anew every
+# round (`random.shuffle`, unseeded), and `routing-key` sorts by the routing keys of the running
+# batch, of which there is none here.
+#
+# `hrrn` runs twice. Its ratio is the number of prefill tokens processed since a request arrived,
+# divided by the tokens it still has to prefill (`_sort_by_hrrn`). The burst arrived while the
+# engine was paused, so no request has waited for any, every ratio is zero, and the tie goes to the
+# request id, which the server draws at random (`uuid.uuid4().hex` in `io_struct.py`; seeded here).
+# The row `hrrn, waited` sorts the same queue as if as many tokens as the warm-up prompt had been
+# prefilled since it arrived.
+#
+# These are orders, not a served burst. What the scheduler does with the order is left out.
+# `PrefillAdder` (`schedule_policy.py`) walks the sorted queue and stops when the step's budget of
+# new tokens (`max_prefill_tokens`, the chunked-prefill size) or the free KV memory runs out
+# (`budget_state`), so the sizes decide how many of the first requests share a step. What a step
+# computed enters the tree only after the step (`release_kv_cache` and `checkpoint_kv_cache` in
+# `mem_cache/common.py`). The tree is evicted only when an allocation needs room
+# (`evict_from_tree_cache`, called from `alloc_token_slots` in `mem_cache/allocation.py`). Every
+# later round sorts whoever still waits again. And the live scheduler receives the burst a few
+# requests at a time, as described above.
+
+# %%
+from itertools import combinations
+
+from servelab.measure.sglang_policies import order_table, policy_summary
+
+policy_orders = policy_job.result()
+policy_pool.shutdown()
+results.save("prefix_schedule_policies", policy_orders, prof, sglang=policy_orders.attrs["sglang"],
+             tree=policy_orders.attrs["tree"], page_size=sglang_built["block_size"], seed=seed)
+reuser_names = [n for n in burst_names if n.startswith("reuse")]
+fresh_tokens = [t for n, t in zip(burst_names, burst_tokens, strict=True) if n not in reuser_names]
+policy_check = policy_summary(policy_orders, reuser_names, "every reuser first")
+print(f"SGLang {policy_orders.attrs['sglang']}, {policy_orders.attrs['tree']}, page size "
+      f"{sglang_built['block_size']}; not run: {', '.join(policy_orders.attrs['skipped'])}")
+print("cached prefix of each request when the burst arrives (tokens): "
+      + ", ".join(f"{n} {m}" for n, m in policy_orders.attrs["matched"].items()))
+print(f"the fresh prompts share at most {max(common_prefix(a, b) for a, b in combinations(fresh_tokens, 2))} tokens "
+      f"with each other; the in-batch check holds back a request that shares at least "
+      f"{policy_orders.attrs['constants']['IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD']} with an earlier one")
+order_table(policy_orders, "burst").drop(columns="refused").join(
+    policy_check.loc["burst", ["every reuser first", "held back"]])
+
+# %% [markdown]
+# The same code under the two conditions in which SGLang gives up a cache-aware order: a queue
+# longer than `WAITING_QUEUE_PREFIX_MATCH_MAX` (the burst followed by short unrelated requests, one
+# more than the limit in all; the order of the burst's own requests is compared), and the radix
+# cache disabled (`--disable-radix-cache`):
+
+# %%
+policy_check.loc[["padded", "radix off"]]
+
+# %% [markdown]
+# The live `lpm` server above measured what SGLang's `lpm` did with the burst. If it sorted the
+# queue as the in-process run did, before anything was evicted, each reusing request found the
+# prefix the in-process tree matched for it:
+
+# %%
+lpm_position = policy_orders[(policy_orders.case == "burst") & (policy_orders.policy == "lpm")]
+agreement = (bursts["SGLang, lpm"].set_index("request")[["cached_tokens", "finished"]]
+             .rename(columns={"cached_tokens": "cached, live lpm", "finished": "finished, live lpm"})
+             .join(lpm_position.set_index("request")[["matched", "position"]]
+                   .rename(columns={"matched": "matched, in-process", "position": "position, in-process lpm"})))
+agreement.loc[burst_names]
+
+# %%
+# NBVAL_CHECK_OUTPUT
+burst_check, fallback = policy_check.loc["burst"], policy_check.loc[["padded", "radix off"]]
+to_fcfs = [("padded", "lpm"), ("padded", "hrrn"), ("radix off", "lpm"), ("radix off", "dfs-weight"),
+           ("radix off", "hrrn")]
+spf_off = policy_orders[(policy_orders.case == "radix off") & (policy_orders.policy == "shortest-prefill-first")]
+print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight", "shortest-prefill-first",
+                                                               "hrrn, waited")),
+      burst_check.loc["fcfs", "arrival order kept"] and burst_check.loc["lof", "arrival order kept"],
+      all(fallback.loc[c, "sorted by"] == "fcfs" and fallback.loc[c, "arrival order kept"] for c in to_fcfs),
+      len(spf_off) == 1 and spf_off.position.isna().all() and "requires prefix caching" in spf_off.cause.iloc[0],
+      (agreement.loc[reuser_names, "cached, live lpm"] == agreement.loc[reuser_names, "matched, in-process"]).all())
+
+# %% [markdown]
+# On this burst the three policies that sort by the cache put every reusing request ahead of the
+# fresh prompts, each for its own reason: `lpm` by the longest cached prefix; `dfs-weight` by
+# walking the tree depth first, the branch with the most waiting requests first, and taking a
+# request only after every request whose match ends below it (`_dfs_weight_order` in
+# `mem_cache/base_prefix_cache.py`), and the fresh prompts' matches end near the root, above the
+# reusing requests'; `shortest-prefill-first` by the fewest tokens left to prefill. `fcfs` and
+# `lof` keep the arrival order: every request asks for one token, so `lof` has nothing to sort by,
+# and Python's sort is stable. As the burst arrives, `hrrn` orders by request id, so its order is
+# random; once the queue has waited, it too puts the reusing requests first, because their few
+# uncached tokens give them the highest ratio. The in-batch check (the table's last column) can
+# hold back only fresh prompts here, since the reusing requests find far more than its threshold
+# cached; it holds one back when it shares at least the threshold with an earlier fresh prompt,
+# which the line printed above the table compares.
+#
+# The live `lpm` server agrees with the in-process run: each reusing request's cached tokens are
+# the prefix SGLang's `lpm` code matched for it. The finishing order need not follow the
+# in-process positions one by one: the live scheduler received the burst a few requests at a time,
+# and requests prefilled in the same step finish together.
+#
+# From the orders follow predictions, not measurements. `dfs-weight` and `shortest-prefill-first`
+# chose, for the first round, an order that puts every reusing request first, as `lpm` did, so we
+# predict what the live `lpm` server measured: every reusing request finds the prefix. They could
+# still differ from `lpm` in later rounds and in how many requests join a step. `lof` keeps the
+# arrival order, so we predict what `fcfs` measured. `hrrn` puts the reusing requests first only by
+# chance on this burst, so we predict that how many of them find the prefix changes from run to
+# run, between what `fcfs` and `lpm` measured.
+#
+# The fallbacks run the same code. With more waiting requests than the limit, `lpm` and `hrrn`
+# kept the arrival order, as FCFS does (`_determine_active_policy`), while `dfs-weight` and
+# `shortest-prefill-first`, which that rule does not name, still put the reusing requests first.
+# With the radix cache disabled, `lpm`, `dfs-weight` and `hrrn` became FCFS
+# (`_validate_and_adjust_policy`), and `shortest-prefill-first` was refused. The refusal's own
+# message is not the one a user sees: it is raised inside a `try` whose `except ValueError` then
+# tries the name as a cache-agnostic policy, so the error that reaches the user is "Unknown
+# schedule_policy", with the reason only in the exception chain, as the table shows.
+
+# %% [markdown]
 # ## Caching on and off
 #
 # Each engine can turn its prefix cache off with a flag (vLLM `--no-enable-prefix-caching`,
@@ -712,9 +941,8 @@ print(queued, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm
 # fills the cache and is left out; the medians compare equivalent requests, so the ratio does not
 # depend on how many were sent (`on_off_ttft` in `servelab/measure/prefix_analysis.py`).
 #
-# This is time to first token of one request at a time, not throughput under load. Throughput with
-# many requests sharing a prefix at once needs a server with the cache really off, since a flushed
-# cache still shares the prefix among requests that run together; this chapter does not measure it.
+# This is time to first token of one request at a time. Throughput under load is measured further
+# below, with the cache turned off for requests that run together.
 
 # %%
 from servelab.measure.prefix_analysis import on_off_ttft
@@ -767,6 +995,70 @@ print((on_off["TTFT ratio off/on"] > 1).all(), (on_off["cached tokens off (sum)"
 # a growing cached prefix, per engine, would test this; this chapter does not make it.
 
 # %% [markdown]
+# ### Throughput, with cache salts
+#
+# Emptying the cache cannot turn it off for requests that run together: they can still share what
+# one of them computed. A per-request *cache salt* can. Both engines accept one. vLLM mixes
+# `cache_salt` into the hash of a request's first block, and so into every block hash chained after
+# it (`vllm/v1/core/kv_cache_utils.py`); SGLang puts it into every key of its radix tree
+# (`RadixKey` in `sglang/srt/mem_cache/radix_cache.py`), so a salted request matches only what was
+# inserted with the same salt. A request whose salt no other request carries can share nothing,
+# cached or in flight, and the same server serves the cache-off run.
+#
+# Each server ran a burst of `salted_requests` few-shot requests, sent at once, each generating
+# exactly `salted_output_tokens` tokens (`min_tokens` equal to `max_tokens`), twice, each time from
+# an emptied cache (`servelab/measure/prefix_salt.py`). With the cache on, one more request with
+# the same system prompt ran first, untimed, as on a server that has served that prompt before;
+# without it, SGLang under its default `fcfs` would prefill the burst's first step with no request
+# finding the prefix, since what a step computes enters its tree only after the step. With the
+# cache off, every request carried a salt of its own. Both runs decode the same number of tokens,
+# so they differ only in what they prefill. A run lasts from its first request sent to its last
+# answer.
+
+# %%
+from servelab.measure.prefix_salt import ratios
+
+salted_runs = {"vLLM": vllm_salted, "SGLang": sglang_salted}
+salted_table = pd.concat(salted_runs, names=["engine", "cache"]).reset_index()
+results.save("prefix_on_off_throughput", salted_table, prof, workload="few_shot", requests=salted_requests,
+             output_tokens=salted_output_tokens, kv_tokens=kv_tokens)
+throughput = ratios(salted_runs)
+throughput
+
+# %%
+ax = plots.axes("A burst of few-shot requests sent at once, prefix cache on and off", "",
+                "output tokens per second")
+engines = salted_table.engine.unique()
+for offset, cache, color, name in ((-0.2, "on", "tab:green", plots.label("cache on")),
+                                   (0.2, "off", "grey", plots.label("cache off (a salt each)"))):
+    rows = salted_table[salted_table.cache == cache].set_index("engine").loc[engines]
+    ax.bar_label(ax.bar(np.arange(len(engines)) + offset, rows["output tokens/s"], width=0.4, color=color,
+                        label=name), fmt="%.1f", fontsize=8)
+ax.set_xticks(np.arange(len(engines)), [plots.label(e) for e in engines])
+ax.legend(fontsize=8)
+plt.show()
+for engine, row in throughput.iterrows():
+    print(f"{engine}: with the cache on the burst's requests found {row['cached tokens on']} prompt tokens cached "
+          f"(counter: {row['cached tokens on (counter)']}), with a salt each {row['cached tokens off']} (counter: "
+          f"{row['cached tokens off (counter)']}); requests per second on / off: {row['requests/s on/off']:.1f}, "
+          f"output tokens per second on / off: {row['output tokens/s on/off']:.1f}.")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print((throughput["cached tokens off"] == 0).all(), (throughput["cached tokens off (counter)"] == 0).all(),
+      (throughput["cached tokens on"] > 0).all(), (throughput["requests/s on/off"] > 1).all())
+
+# %% [markdown]
+# With the cache on, every request of the burst found the system prompt cached and prefilled only
+# its question; with a salt each, neither the requests' reports nor the engine's counter show a
+# single cached token, in flight or before (the checks). The two ratios are equal, since every
+# request generated the same number of tokens. Each compares an engine with itself on this
+# machine, not the engines with each other: the larger the share of a request's time its prefill
+# takes, the larger the ratio, so with long answers it shrinks towards one. Both runs used the same
+# small KV budget; without salts the shared prefix is held once, so more of the burst can run at
+# once, which adds to the ratio where the budget is tight, as on the cpu profile.
+
+# %% [markdown]
 # ## The verdict on the articles' advice
 #
 # The source articles make three claims about the radix cache. The selection guide's second line
@@ -787,9 +1079,10 @@ Markdown(quote_markdown("sglang_lmsys_5x"))
 
 # %% [markdown]
 # That figure compares SGLang with the vLLM of early 2024 (0.2.5), before vLLM cached prefixes by
-# default; this chapter does not measure throughput under load, so it neither confirms nor refutes
-# it for today's versions. Structured output is a matter of constrained decoding, not of the cache,
-# and is not measured here either.
+# default; this chapter measures throughput only for a small burst, each engine with its cache on
+# against itself with the cache off (the section on caching on and off), not one engine against the
+# other under load, so it neither confirms nor refutes the figure for today's versions. Structured
+# output is a matter of constrained decoding, not of the cache, and is not measured here either.
 #
 # Larger batches from shared prefixes can be counted. Both engines hold a shared prefix once: vLLM's
 # blocks are reference-counted and a hit points a request at the same blocks, as SGLang's tree
@@ -862,7 +1155,8 @@ verdict
 #   `fcfs` kept is printed below.
 # - **Time.** With the cache on, the time left was not in proportion to the tokens left, and not
 #   equally in both engines (the section on caching on and off); the attention kernel is the
-#   likely reason.
+#   likely reason. A burst sharing the few-shot system prompt ran faster with the cache on than
+#   with a salt per request, on both engines; the ratios are printed below.
 # - **Memory.** Both engines hold a shared prefix once; at the block sizes printed above, the
 #   tree fitted more requests that share one than the blocks did.
 #
@@ -878,7 +1172,8 @@ verdict
 #
 # Prefix caching turns repeated prompt tokens into memory reads. Both engines do it, by default,
 # and our two small caches, checked against the engines' own code, predicted every hit the live
-# engines reported in this chapter when requests ran one at a time. The numbers behind the
+# engines reported in this chapter when requests ran one at a time, and bounded every hit of the
+# agent tree that SGLang's frontend ran with its branches in parallel. The numbers behind the
 # paragraphs above:
 
 # %%
@@ -902,6 +1197,10 @@ print("Few-shot, time to first token with the cache emptied / on: " + ", ".join(
     for e, row in on_off.iterrows()) + ".")
 print("Requests sharing the few-shot system prompt that fit at once: " + "; ".join(
     f"{c} {per.loc[c, 'shared']} shared against {per.loc[c, 'one each']} alone" for c in per.index) + ".")
+print(f"Agent tree through SGLang's fork, hit rate from the counters: SGLang {fork_rates['SGLang']:.0%}, "
+      f"vLLM {fork_rates['vLLM']:.0%}.")
+print(f"A burst of {salted_requests} few-shot requests, requests per second with the cache on / with a salt each: "
+      + ", ".join(f"{e} {r['requests/s on/off']:.1f}x" for e, r in throughput.iterrows()) + ".")
 
 # %% [markdown]
 # ## Where to read the engines' code
