@@ -3,8 +3,10 @@
 Which requests a scheduler takes first decides, under a small cache, whether a cached prefix survives
 until the requests that need it run. To make the queue's order certain on every machine, the engine is
 paused while the burst arrives (a GPU would otherwise prefill the first request before the last one is
-sent), and resumed once all of it waits: the scheduler then sees every request at once, in the order
-sent. :func:`reuser_ceiling` is the most a reuser can find in a block cache.
+sent), and resumed once all of it waits. vLLM's scheduler then sees every request at once, in the order
+sent; SGLang's tokenizer manager holds the paused requests before tokenizing them and hands them to the
+scheduler one after another on resume, so its first round may see only the first few.
+:func:`reuser_ceiling` is the most a reuser can find in a block cache.
 """
 
 from __future__ import annotations
