@@ -83,16 +83,16 @@ def on_off(server: Server, warm: Sequence[Message], prompts: Sequence[Sequence[M
     rows = {}
     for cache, salted in (("on", False), ("off", True)):
         rows[cache] = burst(server, warm, prompts, output_tokens=output_tokens, salted=salted)[1]
-    return pd.DataFrame(rows).T.rename_axis("cache")
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("cache")
 
 
 def ratios(runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per engine (``runs``: its ``on_off`` table): throughput with the cache on / off, and cached tokens."""
-    return pd.DataFrame({engine: {
+    return pd.DataFrame.from_dict({engine: {
         "requests/s on/off": t.loc["on", "requests/s"] / t.loc["off", "requests/s"],
         "output tokens/s on/off": t.loc["on", "output tokens/s"] / t.loc["off", "output tokens/s"],
         "cached tokens on": int(t.loc["on", "cached tokens (requests)"]),
         "cached tokens off": int(t.loc["off", "cached tokens (requests)"]),
         "cached tokens on (counter)": int(t.loc["on", "cached tokens (counter)"]),
         "cached tokens off (counter)": int(t.loc["off", "cached tokens (counter)"]),
-    } for engine, t in runs.items()}).T
+    } for engine, t in runs.items()}, orient="index")
