@@ -1038,9 +1038,10 @@ ax.set_xticks(np.arange(len(engines)), [plots.label(e) for e in engines])
 ax.legend(fontsize=8)
 plt.show()
 for engine, row in throughput.iterrows():
-    print(f"{engine}: with the cache on the burst's requests found {row['cached tokens on']} prompt tokens cached "
-          f"(counter: {row['cached tokens on (counter)']}), with a salt each {row['cached tokens off']} (counter: "
-          f"{row['cached tokens off (counter)']}); requests per second on / off: {row['requests/s on/off']:.1f}, "
+    print(f"{engine}: with the cache on the burst's requests found {row['cached tokens on']:.0f} prompt tokens "
+          f"cached (counter: {row['cached tokens on (counter)']:.0f}), with a salt each {row['cached tokens off']:.0f} "
+          f"(counter: {row['cached tokens off (counter)']:.0f}); requests per second on / off: "
+          f"{row['requests/s on/off']:.1f}, "
           f"output tokens per second on / off: {row['output tokens/s on/off']:.1f}.")
 
 # %%
