@@ -38,3 +38,16 @@ def test_vllm_ranges_cache_answered_prompts_and_maybe_those_in_flight() -> None:
         af.block_ranges(prompts, timing, block_size=4, capacity=8)
     with pytest.raises(ValueError, match="one timing entry per prompt"):
         af.block_ranges(prompts, timing[:2], block_size=4, capacity=64)
+
+
+def test_a_run_is_saved_one_request_a_line(tmp_path) -> None:
+    import json
+
+    from servelab.measure.frontend_cache import Request
+
+    run = af.ForkRun({}, ["root", "root plan"], [False, True],
+                     [Request(0, [1, 2], [3], 1, 0, "length", 0.0, 1.0), Request(1, [1, 2, 3], [], 2, 2, "length",
+                                                                                 1.5, 2.0)], {})
+    lines = af.save_jsonl(run, tmp_path / "fork.jsonl").read_text().splitlines()
+    assert [json.loads(line)["commit"] for line in lines] == [False, True]
+    assert json.loads(lines[1])["prompt"] == [1, 2, 3] and json.loads(lines[0])["answered_s"] == 1.0

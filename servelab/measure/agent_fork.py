@@ -20,7 +20,8 @@ import json
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -128,9 +129,11 @@ def vllm_token_ids(server: Server, text: str) -> list[int]:
     return list(reply.json()["tokens"])
 
 
-def replay_on_vllm(server: Server, run: ForkRun) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Empty vLLM's cache and send SGLang's token ids in SGLang's shape (module docstring); rows in the
-    order sent, ``cached_tokens`` as vLLM reported, ``same ids``: vLLM's own tokenization of the text agrees."""
+def replay_on_vllm(server: Server, run: ForkRun, *, block_size: int, capacity: int
+                   ) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Empty vLLM's cache and send SGLang's token ids in SGLang's shape (module docstring); rows in the order
+    sent: ``cached_tokens`` as vLLM reported, our range (``low``, ``high``) for ``block_size`` and ``capacity``,
+    and ``same ids``, whether vLLM's own tokenization of the text gives SGLang's ids. Also vLLM's counters."""
     flush(server)
     before = counters(server)
     order = frontend_cache.timing(run.requests)
@@ -151,5 +154,15 @@ def replay_on_vllm(server: Server, run: ForkRun) -> tuple[pd.DataFrame, dict[str
     with ThreadPoolExecutor(len(run.requests)) as pool:
         frame = pd.concat(list(pool.map(one, range(len(run.requests)))), ignore_index=True)
     after = counters(server)
+    frame[["low", "high"]] = block_ranges([r.prompt for r in run.requests], order, block_size=block_size,
+                                          capacity=capacity)
     frame["same ids"] = [vllm_token_ids(server, t) == r.prompt for t, r in zip(run.texts, run.requests, strict=True)]
     return frame, {k: after[k] - before[k] for k in after}
+
+
+def save_jsonl(run: ForkRun, path: Path | str) -> Path:
+    """One recorded request per line, in the order sent: text, SGLang's token ids, output ids, times, report."""
+    path = Path(path)
+    path.write_text("".join(json.dumps({"text": text, "commit": commit, **asdict(req)}) + "\n"
+                            for text, commit, req in zip(run.texts, run.commits, run.requests, strict=True)))
+    return path
