@@ -539,8 +539,9 @@ print(within("SGLang"), within("vLLM"),
 # sub-branch found the whole prefix its fork had committed on SGLang, even while its siblings ran
 # beside it (the fifth); the last check confirms that some requests were in flight together. A
 # commit repeats the text of the state it forks, so it finds the prompt of the request before it and
-# the tokens that request generated, except the last one, which was returned but never fed back
-# (chapter 00 explains when). vLLM, with one output token per request, caches prompts only, and in
+# the tokens that request generated: all of them, or all but the last, which was returned but never
+# fed back, depending on how the request finished (chapter 00 explains when; the `generated` column
+# counts them). vLLM, with one output token per request, caches prompts only, and in
 # whole blocks: the hit rates printed above compare what the two caches found in the same tree.
 
 # %% [markdown]
