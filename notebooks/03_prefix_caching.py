@@ -34,7 +34,7 @@
 # %% tags=["parameters"]
 profile = "auto"
 seed = 0
-referee_seeds = 24            # seeded operation streams each referee replays
+referee_seeds = 8             # seeded operation streams each referee replays (the tests replay 24)
 kv_tokens = None              # KV budget of every server, in tokens; None: one full-length sequence and an eighth
 workload_sizes = {            # options of each workload generator (servelab/measure/prefix_workloads.py)
     "multi_turn": {"conversations": 1, "turns": 4},
@@ -349,24 +349,19 @@ pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min"
 # %%
 from servelab.engines.metrics import scrape
 from servelab.measure import prefix_salt
-from servelab.measure.prefix_cache_live import predict_hits, run_cold, run_workloads
+from servelab.measure.prefix_cache_live import measured_hits, run_cold, set_apart
 
 hit_workloads = [name for name in tokens if name != "cycle"]
 vllm_built = engine_capacity(vllm)
 vllm_config = scrape(vllm.url).labels("vllm:cache_config_info")
 print(f"vLLM {vllm.version()}: {vllm_built['blocks']} blocks of {vllm_built['block_size']} tokens "
       f"({vllm_built['usable']} usable), enable_prefix_caching={vllm_config['enable_prefix_caching']}")
-vllm_hits, vllm_rates = run_workloads(vllm, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
-vllm_hits["predicted"] = np.concatenate([
-    predict_hits("block", tokens[n], block_size=vllm_built["block_size"], capacity=vllm_built["usable"])
-    for n in [*hit_workloads, "cycle"]])
+vllm_hits, vllm_rates = measured_hits(vllm, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
 vllm_cold = run_cold(vllm, tokens["few_shot"][:off_requests], ids["few_shot"][:off_requests])
 salted = make("few_shot", seed, **{**workload_sizes["few_shot"], "requests": salted_requests + 1})
 vllm_salted = prefix_salt.on_off(vllm, salted[0].messages, [r.messages for r in salted[1:]],
                                  output_tokens=salted_output_tokens)
-vllm_cycle = vllm_hits[vllm_hits.workload == "cycle"].reset_index(drop=True)
-vllm_hits = vllm_hits[vllm_hits.workload != "cycle"].reset_index(drop=True)
-vllm_rates = vllm_rates[vllm_rates.workload != "cycle"].reset_index(drop=True)
+vllm_cycle, vllm_hits, vllm_rates = set_apart("cycle", vllm_hits, vllm_rates)
 results.save("prefix_hits_vllm", vllm_hits, prof, kv_tokens=kv_tokens, block_size=vllm_built["block_size"])
 results.save("prefix_hit_rates_vllm", vllm_rates, prof, kv_tokens=kv_tokens)
 vllm_hits[["workload", "request", "prompt_tokens", "cached_tokens", "predicted", "ttft_s"]]
@@ -391,16 +386,11 @@ info = server_info(sglang)
 print(f"SGLang {sglang.version()}: {sglang_built['tokens']} KV tokens, page_size={sglang_built['block_size']}, "
       f"disable_radix_cache={info['disable_radix_cache']}, schedule_policy={info['schedule_policy']}, "
       f"attention_backend={info['attention_backend']}")
-sglang_hits, sglang_rates = run_workloads(sglang, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
-sglang_hits["predicted"] = np.concatenate([
-    predict_hits("radix", tokens[n], capacity=sglang_built["usable"], page_size=sglang_built["block_size"])
-    for n in [*hit_workloads, "cycle"]])
+sglang_hits, sglang_rates = measured_hits(sglang, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
 sglang_cold = run_cold(sglang, tokens["few_shot"][:off_requests], ids["few_shot"][:off_requests])
 sglang_salted = prefix_salt.on_off(sglang, salted[0].messages, [r.messages for r in salted[1:]],
                                    output_tokens=salted_output_tokens)
-sglang_cycle = sglang_hits[sglang_hits.workload == "cycle"].reset_index(drop=True)
-sglang_hits = sglang_hits[sglang_hits.workload != "cycle"].reset_index(drop=True)
-sglang_rates = sglang_rates[sglang_rates.workload != "cycle"].reset_index(drop=True)
+sglang_cycle, sglang_hits, sglang_rates = set_apart("cycle", sglang_hits, sglang_rates)
 results.save("prefix_hits_sglang", sglang_hits, prof, kv_tokens=kv_tokens)
 results.save("prefix_hit_rates_sglang", sglang_rates, prof, kv_tokens=kv_tokens)
 sglang_hits[["workload", "request", "prompt_tokens", "cached_tokens", "predicted", "ttft_s"]]

@@ -16,22 +16,23 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from servelab.engines.server import Server
 from servelab.measure.kv_capacity import engine_capacity
+from servelab.measure.lineup import Lineup
 from servelab.measure.prefix_burst import common_prefix, pause, reuser_ceiling, run_burst
 from servelab.measure.prefix_cache_live import (
     cache_options,
     chat_token_ids,
     counters,
+    measured_hits,
     predict_hits,
     run_cold,
     run_workloads,
+    set_apart,
     sglang_schedule_facts,
-    start_in_background,
-    stop_all,
-    wait_started,
 )
 from servelab.measure.prefix_caching import (
     agreement,
@@ -441,29 +442,24 @@ def live_hits(cpu, require_engine) -> dict[str, dict]:
     require_engine("vllm")
     require_engine("sglang")
     budget = cpu.max_model_len * 9 // 8
-    servers = wait_started({
-        **{e: start_in_background(Server(e, cpu, kv_cache_tokens=budget, **cache_options(e)))
-           for e in ("vllm", "sglang")},
+    lineup = Lineup({
+        **{e: Server(e, cpu, kv_cache_tokens=budget, **cache_options(e)) for e in ("vllm", "sglang")},
         # another block size: the CPU attention backend takes multiples of 32
-        "vllm-32": start_in_background(Server("vllm", cpu, kv_cache_tokens=budget, block_size=32,
-                                              **cache_options("vllm"))),
-    })
+        "vllm-32": Server("vllm", cpu, kv_cache_tokens=budget, block_size=32, **cache_options("vllm")),
+    }, together=True)
     try:
         chats = {"multi_turn": make("multi_turn", 0, conversations=1, turns=3, user_words=40, assistant_words=30),
                  "short_repeat": repeat_requests(0, words=30, times=2)}
-        tokens = {n: [chat_token_ids(servers["vllm"], r.messages) for r in reqs] for n, reqs in chats.items()}
+        vllm = lineup.take("vllm")
+        tokens = {n: [chat_token_ids(vllm, r.messages) for r in reqs] for n, reqs in chats.items()}
         out = {}
-        for engine, server in servers.items():
-            built = engine_capacity(server)
-            requests, totals = run_workloads(server, tokens)
-            cache, size = ("radix", 1) if engine == "sglang" else ("block", built["block_size"])
-            requests["predicted"] = [h for n in tokens for h in
-                                     predict_hits(cache, tokens[n], block_size=size, capacity=built["usable"])]
-            out[engine] = {"requests": requests, "totals": totals, "block_size": built["block_size"]}
+        for engine in lineup.servers:
+            server = lineup.take(engine)
+            requests, totals = measured_hits(server, tokens)
+            out[engine] = {"requests": requests, "totals": totals, "block_size": engine_capacity(server)["block_size"]}
         return out
     finally:
-        for server in servers.values():
-            server.stop()
+        lineup.stop()
 
 
 @pytest.mark.server
@@ -484,46 +480,12 @@ def test_per_request_cached_tokens_add_up_to_the_engines_counters(live_hits, eng
     assert (sums.queries == totals.loc[sums.index, "queries"]).all()
 
 
-def test_background_starts_draw_no_bar_and_wait_started_collects_them(capsys):
-    from servelab.engines import server as server_module
-
-    class Starting:
-        started_s = 0.5
-
-        def start(self):
-            bar = server_module.tqdm(total=3, desc="inner")  # what Server.start draws
-            self.bar_off = bar.disable
-            bar.close()
-            return self
-
-    servers = wait_started({"a": start_in_background(Starting()), "b": start_in_background(Starting())})
-    assert set(servers) == {"a", "b"} and all(s.bar_off for s in servers.values())
-    assert "a ready after 0 s; b ready after 0 s" in capsys.readouterr().out
-    bar = server_module.tqdm(total=1)  # in the calling thread the bar is drawn as before
-    assert not bar.disable
-    bar.close()
-
-    class Failing:
-        def start(self):
-            raise RuntimeError("engine exited")
-
-    with pytest.raises(RuntimeError, match="engine exited"):
-        wait_started({"bad": start_in_background(Failing())})
-
-
-def test_stop_all_stops_every_server_together():
-    class Stopping:
-        def __init__(self):
-            self.stopped = None
-
-        def stop(self):
-            time.sleep(0.3)
-            self.stopped = time.perf_counter()
-
-    servers = [Stopping() for _ in range(3)]
-    t0 = time.perf_counter()
-    stop_all(servers)
-    assert all(s.stopped for s in servers) and time.perf_counter() - t0 < 0.8  # not one after another
+def test_set_apart_takes_one_workload_out_of_both_tables():
+    requests = pd.DataFrame({"workload": ["a", "cycle", "a", "cycle"], "request": [0, 1, 2, 3]})
+    totals = pd.DataFrame({"workload": ["a", "cycle"], "hits": [5, 7]})
+    apart, rest, rest_totals = set_apart("cycle", requests, totals)
+    assert apart.request.tolist() == [1, 3] and rest.request.tolist() == [0, 2]
+    assert rest_totals.workload.tolist() == ["a"] and list(apart.index) == [0, 1]
 
 
 @pytest.mark.server

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import concurrent.futures
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,13 +25,12 @@ from typing import Any
 import httpx
 import pandas as pd
 from openai import AsyncOpenAI
-from tqdm import tqdm
 
-from servelab.engines import server as server_module
 from servelab.engines.metrics import scrape
 from servelab.engines.server import Server
 from servelab.machine import engine_envs
 from servelab.machine.profiles import Profile
+from servelab.measure.kv_capacity import engine_capacity
 from servelab.measure.prefix_workloads import Message
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 
@@ -56,48 +54,6 @@ def cache_options(engine: str, *, caching: bool = True) -> dict[str, Any]:
     options: dict[str, Any] = ({"env": {"VLLM_SERVER_DEV_MODE": "1"}} if engine == "vllm"
                                else {"enable_cache_report": True})
     return options if caching else {**options, **CACHE_OFF[engine]}
-
-
-_START_THREAD = "servelab-background-start"
-
-
-def _no_bar_in_start_threads() -> None:
-    """Server.start draws a progress bar; bars drawn from several threads at once garble a notebook's
-    output, so in this module's start threads the bar is off (everywhere else it is unchanged)."""
-    real = server_module.tqdm
-    if getattr(real, "quiet_in_start_threads", False):
-        return
-
-    def bar(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name.startswith(_START_THREAD):
-            kwargs["disable"] = True
-        return real(*args, **kwargs)
-
-    bar.quiet_in_start_threads = True  # type: ignore[attr-defined]
-    server_module.tqdm = bar
-
-
-def start_in_background(server: Server) -> concurrent.futures.Future[Server]:
-    """Start ``server`` in a worker thread; :func:`wait_started` (or ``.result()``) waits for it."""
-    _no_bar_in_start_threads()
-    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=_START_THREAD).submit(server.start)
-
-
-def wait_started(jobs: dict[str, concurrent.futures.Future[Server]], timeout: float = 900) -> dict[str, Server]:
-    """Wait for servers started in the background, with one progress bar; raises what a start raised."""
-    with tqdm(total=len(jobs), desc=f"starting {', '.join(jobs)}", unit="server", leave=False) as bar:
-        for _ in concurrent.futures.as_completed(jobs.values(), timeout=timeout):
-            bar.update()
-    servers = {name: job.result() for name, job in jobs.items()}
-    print("; ".join(f"{name} ready after {server.started_s:.0f} s" for name, server in servers.items()))
-    return servers
-
-
-def stop_all(servers: Sequence[Server]) -> None:
-    """Stop several servers at once (each stop waits for its engine to exit)."""
-    with concurrent.futures.ThreadPoolExecutor(max(1, len(servers))) as pool:
-        for done in [pool.submit(server.stop) for server in servers]:
-            done.result()
 
 
 def chat_token_ids(server: Server, messages: Sequence[Message]) -> list[int]:
@@ -247,6 +203,29 @@ def predict_hits(cache: str, prompts: Sequence[Sequence[int]], *, block_size: in
         tree.dec_lock_ref(match.node)
         hits.append(hit)
     return hits
+
+
+def measured_hits(server: Server, workloads: dict[str, Sequence[list[int]]],
+                  names: dict[str, Sequence[str]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`run_workloads` on a live server, with a ``predicted`` column: what our cache of the
+    server's kind (vLLM: blocks, SGLang: radix tree) predicts for every request, at the block or page
+    size and capacity the server reports."""
+    built = engine_capacity(server)
+    requests, totals = run_workloads(server, workloads, names)
+    kind, sizes = (("block", {"block_size": built["block_size"]}) if server.engine == "vllm"
+                   else ("radix", {"page_size": built["block_size"]}))
+    requests["predicted"] = [hit for prompts in workloads.values()
+                             for hit in predict_hits(kind, prompts, capacity=built["usable"], **sizes)]
+    return requests, totals
+
+
+def set_apart(workload: str, requests: pd.DataFrame,
+              totals: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """One workload's requests taken out of :func:`run_workloads`' tables: (its requests, the other
+    requests, the other workloads' totals)."""
+    mine = requests.workload == workload
+    return (requests[mine].reset_index(drop=True), requests[~mine].reset_index(drop=True),
+            totals[totals.workload != workload].reset_index(drop=True))
 
 
 def sglang_schedule_facts(profile: Profile) -> dict[str, Any]:
