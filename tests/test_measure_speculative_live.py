@@ -84,11 +84,6 @@ def test_counts_agree_within_one_verification_per_answer():
     assert not live.counts_agree(engine, SpecDecodeCounts(10.0, 30.0, 9.0, [6.0, 3.0, 0.0]), answers=4)  # other k
 
 
-def test_pair_counts_share_one_set_of_cells():
-    a, b = live.pair_counts([(1, 2), (1, 2), (3, 4)], [(3, 4), (5, 6)])
-    assert a.tolist() == [2, 1, 0] and b.tolist() == [0, 1, 1]
-
-
 def test_depth_sweep_table():
     sweep = live.DepthSweep(3, [True], {1: ["1000"], 2: ["1100"], 3: ["11111"]})
     table = sweep.table(k=2).set_index("draft layers")
@@ -129,6 +124,39 @@ def test_the_fitted_cost_inverts_the_prediction(alpha, k, c, v, undrafted_share)
     measured = live.predicted_speedup(tokens, drafts, accepted, k, c, v)
     assert live.fitted_cost(tokens, drafts, accepted, k, v, measured) == pytest.approx(c, abs=1e-9)
     assert math.isnan(live.fitted_cost(tokens, 0, 0, k, v, 1.0))
+
+
+def test_batch_costs_price_a_verification_and_the_drafts_passes_at_b():
+    def flat(n):  # every pass costs one step: the papers' case
+        return 1.0
+
+    def linear(n):  # a pass costs its tokens
+        return float(n)
+
+    assert live.batch_costs(4, 0.3, 16, flat) == pytest.approx((0.3, 1.0))
+    # b = 8, k = 2: plain 8 tokens; verification 24; draft c (32 + 8) over k plain steps
+    assert live.batch_costs(2, 0.5, 8, linear) == pytest.approx((0.5 * 40 / (2 * 8), 3.0))
+    cost = {n: 1.0 + max(0, n - 8) / 8 for n in range(1, 200)}  # flat up to 8 tokens, then a climb
+    gains = []
+    for b in (1, 2, 4, 8, 16):  # 1000 verifications of 4 tokens each, one step per token without speculation
+        c_b, v_b = live.batch_costs(4, 0.0, b, cost.__getitem__)
+        gains.append(live.predicted_speedup(4001, 1000, 3000, 4, c_b, v_b))
+    # 5 tokens still flat at b = 1; where both passes climb, a verification costs k + 1 = 5 plain steps
+    assert gains == pytest.approx([4.0, 3.2, 1.6, 0.8, 0.8])
+    with pytest.raises(ValueError, match="c must be"):
+        live.batch_costs(4, -0.1, 1, flat)
+    with pytest.raises(ValueError, match="b"):
+        live.batch_costs(4, 0.0, 0, flat)
+
+
+def test_first_slowdown_and_the_blocks_a_wave_holds():
+    assert live.first_slowdown({1: 1.5, 2: 1.1, 4: 0.9, 8: 1.01, 16: 0.7}) == 4
+    assert live.first_slowdown({1: 0.4, 16: 0.2}) == 1 and live.first_slowdown({1: 2.0, 16: 1.0}) is None
+    assert live.sweep_blocks(112, 32, 4, 128, 16) == 32  # 148 tokens: two blocks each
+    assert live.sweep_blocks(90, 34, 4, 128, 3) == 3  # 128 tokens: exactly one block
+    assert live.sweep_blocks(90, 34, 0, 128, 1) == 1 and live.sweep_blocks(91, 34, 4, 128, 1) == 2
+    with pytest.raises(ValueError, match="requests"):
+        live.sweep_blocks(90, 34, 4, 128, 0)
 
 
 def test_draft_cost_ratios():
@@ -189,6 +217,24 @@ def test_sglang_decode_time_and_tokens_per_verification():
     after = Metrics.parse(SGLANG_METRICS.format(e2e=5.0, count=2, ttft=0.7, generated=160, calls=60))
     assert live.decode_seconds(before, after) == (pytest.approx(2.8), 1)
     assert live.accepted(before, after) == {"tokens per verification": 3.0, "drafts": 20}
+
+
+QUEUE_METRICS = """
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{{engine="0",model_name="m"}} {preempted}
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_sum{{engine="0",model_name="m"}} {queued}
+vllm:request_queue_time_seconds_count{{engine="0",model_name="m"}} {count}
+"""
+
+
+def test_preemptions_and_queue_time_between_two_scrapes():
+    before = Metrics.parse(QUEUE_METRICS.format(preempted=1, queued=0.5, count=4))
+    after = Metrics.parse(QUEUE_METRICS.format(preempted=3, queued=2.5, count=8))
+    assert live._queueing(before, after) == {"preemptions": 2, "queue seconds per request": 0.5}
+    assert math.isnan(live._queueing(before, before)["queue seconds per request"])
+    sglang = Metrics.parse(SGLANG_METRICS.format(e2e=2.0, count=1, ttft=0.5, generated=100, calls=40))
+    assert live._queueing(sglang, sglang) == {}
 
 
 def test_no_speculation_no_counters():
@@ -367,6 +413,5 @@ def test_engine_timed_measurements_on_an_ngram_server(ngram_server):
     assert (waves["slowest / fastest wave"] >= 1).all()
     assert (waves.drafts * waves["tokens per verification"] >= 2 * waves.requests * 7).all()  # both waves counted
 
-    pairs = live.sampled_pairs(ngram_server, list(range(2000, 2040)) * 2, 30)
-    assert len(pairs) == 30 and all(len(p) == 2 for p in pairs) and len(set(pairs)) > 1
+    assert (waves.preemptions == 0).all() and (waves["queue seconds per request"] >= 0).all()
     assert (waves["decode tokens/s per request"] > 0).all() and (waves["tokens per verification"] >= 1).all()

@@ -25,7 +25,6 @@ from servelab.sim.speculative import (
     chi2_log10_sf,
     chi2_sf,
     chi_square_gof,
-    chi_square_homogeneity,
     conditional_rates,
     draft_acceptance_rate,
     expected_tokens,
@@ -193,20 +192,6 @@ def test_the_test_is_calibrated_on_data_that_fit():
     p_values = np.array([chi_square_gof(rng.multinomial(2000, probs), probs).p_value for _ in range(600)])
     assert 0.03 <= np.mean(p_values < 0.05) <= 0.075  # binomial(600, 0.05): mean 0.05, sd 0.009
     assert 0.4 <= np.median(p_values) <= 0.6
-
-
-def test_two_sample_test_passes_one_distribution_and_rejects_two():
-    rng = np.random.default_rng(3)
-    probs = rng.dirichlet(np.ones(6))
-    p_values = [chi_square_homogeneity(rng.multinomial(300, probs), rng.multinomial(500, probs)).p_value
-                for _ in range(400)]
-    assert 0.025 <= np.mean(np.array(p_values) < 0.05) <= 0.08
-    shifted = np.r_[probs[:-2], probs[-2] + probs[-1], 0.0]  # the last cell's mass moved to its neighbour
-    assert chi_square_homogeneity(rng.multinomial(2000, probs), rng.multinomial(2000, shifted)).rejects(1e-3)
-    with pytest.raises(TooFewCells):
-        chi_square_homogeneity([3, 0], [2, 0])
-    with pytest.raises(ValueError, match="same cells"):
-        chi_square_homogeneity([3, 2], [1, 2, 3])
 
 
 def test_impossible_samples_small_cells_and_too_few_cells():

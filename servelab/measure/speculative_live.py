@@ -12,10 +12,9 @@ histograms), so the HTTP round trip does not enter:
 * :func:`answer_tasks`: greedy answers, one request at a time, with token ids, each position's
   candidates, the decode time (``vllm:request_decode_time_seconds``: first to last token) and, on
   a speculative server, the spec-decode counters of that answer.
-* :func:`sweep`: repeated waves of b requests at once (b = 1, 4, 16, ...), each forced to the same
-  length, and the median over the waves of the mean decode rate per request.
-* :func:`sampled_pairs`: tokens sampled at temperature 1 with the engine's ``n``, to compare the
-  distribution of a speculative server's output with a plain one's (:func:`pair_counts`).
+* :func:`sweep`: repeated waves of b requests at once (b = 1, 2, 4, ...), each forced to the same
+  length, and the median over the waves of the mean decode rate per request, with whether the
+  engine had to queue or preempt any of them; :func:`batch_costs` prices a verification at b.
 
 Drafts cut from the model (:func:`draft_source`) and, without starting an engine, how every depth
 of cut would have fared on the answers the engine gave (:func:`depth_sweep`): one transformers pass
@@ -28,7 +27,7 @@ end of an answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +47,7 @@ from servelab.sim.speculative.acceptance import iid_alpha
 
 PREFILL = "vllm:request_prefill_time_seconds"
 DECODE = "vllm:request_decode_time_seconds"
+QUEUE = "vllm:request_queue_time_seconds"
 
 
 # ----------------------------------------------------------------------------- engine-timed measurements
@@ -158,29 +158,6 @@ def answer_tasks(server: Endpoint, tasks: Mapping[str, str], max_tokens: int, *,
     return TaskAnswers(pd.DataFrame(rows), answers, prompts, generated, counts)
 
 
-def sampled_pairs(server: Endpoint, prompt: Sequence[int], n: int) -> list[tuple[int, int]]:
-    """``n`` samples at temperature 1 of the 2nd and 3rd generated tokens after ``prompt`` (token ids), in
-    one request (the engine's ``n``). The 1st token comes from the prompt's forward; from the 2nd on a
-    speculative server's tokens went through its rejection sampler. Unseeded: vLLM's CPU build fails a
-    request that gives a seed ("CPU Generator does not use offset"), which stops its engine."""
-    client = OpenAI(base_url=server.api_url, api_key="servelab", timeout=600, max_retries=0)
-    client.completions.create(model=server.served_model, prompt=list(prompt), max_tokens=1)  # the prompt, cached
-    out = client.completions.create(model=server.served_model, prompt=list(prompt), max_tokens=3, temperature=1.0,
-                                    n=int_at_least("n", n, 1),
-                                    extra_body={"return_token_ids": True, "min_tokens": 3}).model_dump()
-    pairs = [tuple(c["token_ids"][1:3]) for c in out["choices"]]
-    if any(len(p) != 2 for p in pairs):
-        raise ValueError("a sample came back with fewer than 3 tokens")
-    return pairs
-
-
-def pair_counts(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The two samples' counts over every pair either produced (the same cells, in one order)."""
-    cells = sorted(set(a) | set(b))
-    index = {c: i for i, c in enumerate(cells)}
-    return tuple(np.bincount([index[p] for p in s], minlength=len(cells)) for s in (a, b))
-
-
 def predicted_speedup(tokens: float, drafts: float, accepted_tokens: float, k: int, c: float,
                       verify_cost: float) -> float:
     """The theory's walltime factor for one answer of ``tokens`` tokens, from what the engine counted.
@@ -209,11 +186,21 @@ def fitted_cost(tokens: float, drafts: float, accepted_tokens: float, k: int, ve
     return ((tokens - 1) / speedup - undrafted - drafts * verify_cost) / (drafts * k)
 
 
+def _queueing(before: Metrics, after: Metrics) -> dict[str, float]:
+    """vLLM's preemptions and mean queue time per request between two scrapes (empty from SGLang)."""
+    if "vllm:num_preemptions_total" not in after.samples:
+        return {}
+    queued = np.subtract(_histogram(after, QUEUE), _histogram(before, QUEUE))
+    return {"preemptions": delta(before, after, "vllm:num_preemptions_total"),
+            "queue seconds per request": queued[0] / queued[1] if queued[1] else np.nan}
+
+
 def sweep(server: Endpoint, prompts: Sequence[str], concurrency: Sequence[int], max_tokens: int, *,
           repeats: int = 3) -> pd.DataFrame:
     """``repeats`` waves of b requests per b (prompts taken in turn), each exactly ``max_tokens`` long:
     the median over the waves of the mean decode rate per request (tokens after the first / engine
-    decode time), and the counters summed over the waves."""
+    decode time), the counters summed over the waves and, from vLLM, the requests it preempted and
+    the mean time a request waited to be scheduled (``vllm:request_queue_time_seconds``)."""
     rows = []
     for b in concurrency:
         batch = [prompts[i % len(prompts)] for i in range(int_at_least("concurrency", b, 1))]
@@ -224,10 +211,43 @@ def sweep(server: Endpoint, prompts: Sequence[str], concurrency: Sequence[int], 
                      extra_body={"min_tokens": max_tokens})
             seconds, finished = decode_seconds(before, scrape(server.url))
             rates.append((max_tokens - 1) * finished / seconds)
+        last = scrape(server.url)
         rows.append({"concurrency": b, "requests": b, "waves": len(rates), "tokens per request": max_tokens,
                      "decode tokens/s per request": float(np.median(rates)),
-                     "slowest / fastest wave": max(rates) / min(rates), **accepted(first, scrape(server.url))})
+                     "slowest / fastest wave": max(rates) / min(rates), **accepted(first, last),
+                     **_queueing(first, last)})
     return pd.DataFrame(rows)
+
+
+def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float]) -> tuple[float, float]:
+    """(draft step, verification) with ``b`` requests decoding together, in plain steps over b tokens,
+    to give :func:`predicted_speedup` (per request) as its c and ``verify_cost``.
+
+    A plain step is a pass over b tokens, v(b); a verification one over b (k + 1). A draft model's k
+    passes cost c times the target's over as many tokens: the first covers the b (k + 1) verified
+    tokens plus one slot per request, b (k + 2) (vLLM's ``draft_model`` re-reads what the target
+    verified: ``set_inputs_first_pass`` in ``vllm/v1/spec_decode/llm_base_proposer.py``), the k - 1
+    others b tokens each. ``verify_cost`` is v(n), a pass over n tokens in any unit.
+    """
+    k, b = int_at_least("k", k, 1), int_at_least("b", b, 1)
+    if c < 0:
+        raise ValueError(f"c must be >= 0 (a draft step in target steps), got {c}")
+    step = verify_cost(b)
+    return c * (verify_cost(b * (k + 2)) / step + k - 1) / k, verify_cost(b * (k + 1)) / step
+
+
+def first_slowdown(speedup: Mapping[int, float]) -> int | None:
+    """The smallest concurrency whose speedup is below 1 (None: none is)."""
+    slower = [b for b, s in speedup.items() if s < 1]
+    return min(slower) if slower else None
+
+
+def sweep_blocks(prompt_tokens: int, max_tokens: int, k: int, block_size: int, requests: int) -> int:
+    """KV blocks a wave of ``requests`` requests holds at its end, each with its prompt, ``max_tokens``
+    and k draft slots, no block shared (an upper bound: identical prompts share their full blocks)."""
+    tokens = sum(int_at_least(n, v, 1) for n, v in (("prompt_tokens", prompt_tokens), ("max_tokens", max_tokens)))
+    per_request = -(-(tokens + int_at_least("k", k, 0)) // int_at_least("block_size", block_size, 1))
+    return int_at_least("requests", requests, 1) * per_request
 
 
 # ----------------------------------------------------------------------------- drafts of every depth, offline

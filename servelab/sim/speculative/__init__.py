@@ -27,7 +27,6 @@ from servelab.sim.speculative.chisquare import (
     chi2_log10_sf,
     chi2_sf,
     chi_square_gof,
-    chi_square_homogeneity,
 )
 from servelab.sim.speculative.sampling import (
     VARIANTS,
@@ -52,7 +51,7 @@ from servelab.sim.speculative.theory import (
 
 __all__ = ["VARIANTS", "GofResult", "IidFit", "Step", "TooFewCells", "Variant", "accepted_length_histogram",
            "acceptance_probability", "chi2_critical", "chi2_log10_sf", "chi2_sf", "chi_square_gof",
-           "chi_square_homogeneity", "conditional_rates",
+           "conditional_rates",
            "draft_acceptance_rate", "expected_tokens", "first_token_distribution", "generate", "greedy_continuation",
            "iid_alpha", "iid_fit", "iid_length_probabilities", "optimal_k", "sequence_counts",
            "sequence_probabilities", "softmax", "speculative_step", "speedup", "survival", "verify_cost_from_times"]

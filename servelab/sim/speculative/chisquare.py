@@ -170,30 +170,3 @@ def chi_square_gof(observed: np.ndarray, probs: np.ndarray, *, min_expected: flo
         return GofResult(math.inf, df, 0.0, -math.inf, n, cells, impossible)
     stat = float(np.sum((o - e) ** 2 / e))
     return GofResult(stat, df, chi2_sf(stat, df), chi2_log10_sf(stat, df), n, cells, 0)
-
-
-def chi_square_homogeneity(counts_a: np.ndarray, counts_b: np.ndarray, *, min_expected: float = 5.0) -> GofResult:
-    """Test that two samples' counts over the same cells come from one distribution (Pearson's
-    two-sample test; the pooled shares stand in for the unknown probabilities, so df = cells - 1).
-
-    Cells are pooled by their pooled counts until each group expects ``min_expected`` samples in the
-    smaller sample; ``samples`` is the two samples together.
-    """
-    a, b = (np.asarray(c, dtype=float).ravel() for c in (counts_a, counts_b))
-    if a.shape != b.shape or np.any(a < 0) or np.any(b < 0) or a.sum() <= 0 or b.sum() <= 0:
-        raise ValueError(f"need two non-empty samples of counts >= 0 over the same cells; got {a.size} and "
-                         f"{b.size} cells with {a.sum()!r} and {b.sum()!r} samples")
-    seen = (a + b) > 0
-    pooled = (a + b)[seen] / (a.sum() + b.sum())
-    labels = pool_small_cells(pooled * min(a.sum(), b.sum()), min_expected)
-    cells = int(labels.max()) + 1
-    df = cells - 1
-    if df < 1:
-        raise TooFewCells(f"too few cells for a two-sample chi-square test: {cells} after pooling; take more samples")
-    share = np.bincount(labels, weights=pooled, minlength=cells)
-    stat = 0.0
-    for c in (a, b):
-        observed = np.bincount(labels, weights=c[seen], minlength=cells)
-        expected = c.sum() * share
-        stat += float(np.sum((observed - expected) ** 2 / expected))
-    return GofResult(stat, df, chi2_sf(stat, df), chi2_log10_sf(stat, df), int(a.sum() + b.sum()), cells, 0)
