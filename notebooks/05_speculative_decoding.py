@@ -39,10 +39,10 @@ forward_tokens = [1, 2, 4, 8, 16, 32, 64, 128]  # new tokens in one forward pass
 forward_repeats = 3            # each pass size is measured this often; the fastest counts
 task_tokens = 48               # longest greedy answer per task (at 32 the summary copies nothing)
 plain_repeats = 2              # the plain server answers each task this often; its median rate counts
-sweep_task = "extract quotes"  # the request every wave of the concurrency sweep repeats
-sweep_tokens = 48              # tokens per request in the concurrency sweep
-sweep_repeats = 2              # waves per concurrency; the median rate counts
-concurrency = [1, 16]          # requests decoding together in the sweep
+sweep_task = "edit code"       # the request every wave of the concurrency sweep repeats
+sweep_tokens = 24              # tokens per request in the concurrency sweep
+sweep_repeats = 1              # waves per concurrency (more: the median rate counts)
+concurrency = [1, 2, 4, 8, 16]  # requests decoding together in the sweep
 draft_layers = None            # drafts cut from the model to run live; None: a quarter of its layers
 kv_tokens = 12288              # KV budget per server, in tokens (None: the profile's)
 rounding_dtype = "bfloat16"    # the 16-bit case for greedy equality
@@ -194,6 +194,9 @@ pd.DataFrame([{"server": "plain", "speculative config": "-"}]
 # or below this line.
 
 # %%
+if max(concurrency) * (k + 2) > max(forward_tokens):  # the concurrency sweep's largest pass must be measured
+    raise ValueError(f"forward_tokens must reach max(concurrency) * (k + 2) = {max(concurrency) * (k + 2)} tokens, "
+                     f"got up to {max(forward_tokens)}")
 live.warm_up(plain)
 costs = live.forward_costs(plain, block_size, forward_tokens, repeats=forward_repeats, seed=seed)
 results.save("speculative_forward_costs", costs, prof, block_size=block_size)
@@ -375,12 +378,14 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # greedy, one request at a time, exactly as the plain server did above: three repetition-heavy
 # tasks (editing code, extracting quotes, summarising with citations) and one open-ended control.
 # Each server first answers one untimed warm-up request. Then every server, the plain one
-# included, gets `sweep_repeats` waves of b identical requests at once (the `sweep_task`), for
-# each b in `concurrency`, each answer forced to `sweep_tokens` tokens; the median wave counts
-# (with two waves, their mean). Drafts cut from the model, the whole model included, are left out
-# of the sweep: their tasks below show what they give one request at a time (the shallow cut
-# slows decoding down; the whole model, accepted everywhere, costs as much per draft step as the
-# target), a larger load only makes a verification dearer, and their waves are the slowest to run.
+# included and every draft, gets `sweep_repeats` waves of b identical requests at once (the
+# `sweep_task`), for each b in `concurrency`, each answer forced to `sweep_tokens` tokens; with
+# more than one wave the median wave counts. The chapter runs one wave per point, so each point
+# is a single measurement with a single measurement's noise; that is why the sweep is read for its
+# trend and compared with a prediction, not trusted point by point. The sweep task's prompt is
+# longer than one KV block (its length is printed with the KV capacities below), so the prefix
+# cache holds its full blocks (each server has answered it before) and a wave spends little time
+# in prefill.
 # Times are the engine's own
 # (`vllm:request_decode_time_seconds`, from each request's first token to its last), and so are
 # the speculative counters: `vllm:spec_decode_num_drafts`, `…num_draft_tokens`,
@@ -390,7 +395,6 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 
 # %%
 sweep_prompts = [setups.TASKS[sweep_task]]
-swept = [m for m in methods if m.draft_layers is None]  # prompt lookup, and a GPU profile's draft model
 capacity = [{"server": "plain", **engine_capacity(plain)}]
 answers, task_tables = {}, []
 sweeps = [live.sweep(plain, sweep_prompts, concurrency, sweep_tokens, repeats=sweep_repeats).assign(method="plain")]
@@ -401,9 +405,8 @@ for m in methods:
     answers[m.name] = got = live.answer_tasks(server, setups.TASKS, task_tokens)
     task_tables.append(got.table.assign(method=m.name, c=m.cost,
                                         speedup=got.table["decode tokens/s"] / base.table["decode tokens/s"]))
-    if m in swept:
-        sweeps.append(live.sweep(server, sweep_prompts, concurrency, sweep_tokens, repeats=sweep_repeats)
-                      .assign(method=m.name))
+    sweeps.append(live.sweep(server, sweep_prompts, concurrency, sweep_tokens, repeats=sweep_repeats)
+                  .assign(method=m.name))
 lineup.stop()
 # Nothing is timed from here on, so what the later sections need starts now, in the background:
 # servers in `rounding_dtype`, SGLang's argument resolution and vLLM's own speculative defaults.
@@ -530,6 +533,35 @@ print(bool(with_draft) and bool((capacity_table.loc[with_draft, "tokens"] < plai
 # with any speculative algorithm it caps the running requests (48 in its resolved defaults in the
 # SGLang section below), where the plain server would admit many more.
 #
+# A smaller cache matters for the concurrency sweep below only if its largest wave does not fit.
+# Per server: the blocks it can hand out, the blocks the largest wave would hold at its end if no
+# block were shared (each request's prompt, its `sweep_tokens` and, with speculation, k slots for
+# the drafted tokens; `sweep_blocks`), and what the engine did during the sweep: the requests it
+# preempted (`vllm:num_preemptions`) and the mean time a request of the largest wave waited before
+# it was scheduled (`vllm:request_queue_time_seconds`). A request that found no free blocks would
+# wait there for a whole wave to finish, or be preempted.
+
+# %%
+sweep_prompt_tokens = len(base.prompts[list(setups.TASKS).index(sweep_task)])
+largest = sweep[sweep.concurrency == max(concurrency)].set_index("method")
+sweep_fit = pd.DataFrame({
+    "blocks it can hand out": capacity_table.usable // capacity_table.block_size,
+    f"blocks {max(concurrency)} requests need (none shared)": [
+        live.sweep_blocks(sweep_prompt_tokens, sweep_tokens, 0 if name == "plain" else k, size, max(concurrency))
+        for name, size in capacity_table.block_size.items()],
+    "preemptions in the sweep": sweep.groupby("method").preemptions.sum(),
+    f"queue time per request at {max(concurrency)} (ms)": 1000 * largest["queue seconds per request"]},
+    index=capacity_table.index)
+sweep_fit["fits"] = sweep_fit.iloc[:, 1] <= sweep_fit.iloc[:, 0]
+results.save("speculative_sweep_fit", sweep_fit.reset_index(names="server"), prof, prompt_tokens=sweep_prompt_tokens,
+             tokens=sweep_tokens, requests=max(concurrency))
+queued = sweep_fit[~sweep_fit.fits | (sweep_fit["preemptions in the sweep"] > 0)]
+print(f"sweep task: {sweep_prompt_tokens} prompt tokens + {sweep_tokens} generated; "
+      + ("every server holds the largest wave without sharing a block, and none preempted a request"
+         if queued.empty else f"the largest wave does not fit, or was preempted, on: {', '.join(queued.index)}"))
+sweep_fit.round(2)
+
+# %% [markdown]
 # Per draft position, the counters form a survival curve: the share of verifications whose first
 # i + 1 draft tokens were all accepted. Under the theory's i.i.d. assumption it is α^(i+1); the
 # dotted lines are that model, fitted to each method's counters over its four answers.
@@ -681,71 +713,120 @@ pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size i
              + [{"model": "gpu-24g profile's vLLM draft config", "vocab_size (config.json)":
                  str(setups.profile_draft_config("gpu-24g"))}])
 
+# %% [markdown]
 # ### Speedup against concurrency
 #
 # With b requests decoding together, a plain step is a forward over b tokens and a verification
 # one over b × (k + 1). The forward-cost curve says what happens then: while b × (k + 1) tokens
 # still cost about one pass, speculation keeps its gain; once they reach the part where the cost
-# climbs, every rejected draft token is paid for in arithmetic, and the draft's own passes grow
-# with b too. The last row of the table under the plot reads the first effect off the measured
-# curve: a pass over b × (k + 1) tokens against one over b (capped at the largest pass measured).
-# The dashed lines are the theory with that cost: tokens per verification over k c plus it. It
-# stands in a pass over b × (k + 1) tokens of one sequence for a verification of b sequences, and
-# a prefill of b tokens for a decode step of b sequences, which attend to different contexts; and
-# it keeps each draft's cost c at its one-request value, although the draft's passes grow with b
-# like the target's, so for a draft model it promises too much at large b. Read it for its trend,
+# climbs, every rejected draft token is paid for in arithmetic. A draft model's passes grow with b
+# too: vLLM's draft first runs over the b × (k + 1) tokens the target verified plus one slot per
+# request (`set_inputs_first_pass` in `vllm/v1/spec_decode/llm_base_proposer.py`), then k − 1
+# times over b tokens. `batch_costs` prices both from the measured forward costs, in plain steps
+# over b tokens: a verification costs v(b(k + 1))/v(b), a draft step c (v(b(k + 2))/v(b) + k − 1)/k,
+# with c the draft's share of the target's weights as before. The dashed lines put these costs
+# into `predicted_speedup` with the sweep's own counters per request: its verifications, its
+# accepted tokens, and the steps where prompt lookup found nothing to propose, one plain step
+# each. The prediction stands in a pass over b × (k + 1) tokens of one sequence for a verification
+# of b sequences, and a prefill of b tokens for a decode step of b sequences, which attend to
+# different contexts; and it leaves out what speculation costs besides the passes (the lookup, the
+# rejection sampler's bookkeeping), which the tasks' "c that fits" showed. Read it for its trend,
 # not to the decimal. Each wave repeats the `sweep_task` b times, `sweep_tokens` tokens each: an
-# answer that copies its prompt, the best case for prompt lookup.
+# answer that copies most of its prompt (the function, with one name changed), so prompt lookup
+# finds something to propose in long stretches of it, not everywhere (the counters below say how
+# much was accepted).
 #
 # These are per-request rates with b requests in flight on both sides, so the same ratio is also
 # the throughput ratio at that load; one request at a time, it is the latency ratio. The articles
 # speak of throughput ("verdoppelt den Durchsatz"), the papers of one sequence at a time.
 
 # %%
-verify_growth = pd.Series({b: verify_cost(min(b * (k + 1), max(forward_tokens))) / verify_cost(b)
-                           for b in concurrency}, name="verification / plain step (forward costs)")
 spec_sweep = sweep[sweep.method != "plain"].copy()
 spec_sweep["c"] = spec_sweep.method.map({m.name: m.cost for m in methods})
-spec_sweep["predicted speedup"] = spec_sweep["tokens per verification"] / (
-    k * spec_sweep.c + spec_sweep.concurrency.map(verify_growth))
+priced = [live.batch_costs(k, c, b, verify_cost) for c, b in zip(spec_sweep.c, spec_sweep.concurrency, strict=True)]
+spec_sweep["draft step / plain step"], spec_sweep["verification / plain step"] = zip(*priced, strict=True)
+per_request = spec_sweep.drafts / (spec_sweep.requests * spec_sweep.waves)  # identical requests: the same counts
+accepted_per_request = ((spec_sweep["tokens per verification"] - 1) * per_request).fillna(0)
+spec_sweep["predicted speedup"] = [
+    live.predicted_speedup(sweep_tokens, d, a, k, cb, vb) for d, a, cb, vb in
+    zip(per_request, accepted_per_request, spec_sweep["draft step / plain step"],
+        spec_sweep["verification / plain step"], strict=True)]
 results.save("speculative_concurrency_predicted", spec_sweep, prof, k=k)
 
 ax = plots.axes("Speculation against concurrency (vLLM)", "requests decoding together",
-                "decode speedup over plain vLLM")
+                "decode speedup over plain vLLM", ax=plt.subplots(figsize=(9, 4.5))[1])
 for name, rows in spec_sweep.groupby("method", sort=False):
     ax.plot(rows.concurrency, rows.speedup, "o-", label=plots.label(name))
-    ax.plot(rows.concurrency, rows["predicted speedup"], "--", color=ax.lines[-1].get_color())
-ax.plot([], [], "--", color="grey", label=plots.label("theory, from the forward costs"))
+    ax.plot(rows.concurrency, rows["predicted speedup"], "s--", mfc="none", color=ax.lines[-1].get_color())
+ax.plot([], [], "s--", mfc="none", color="grey", label=plots.label("predicted from the forward costs"))
 ax.axhline(1, color="grey", lw=1)
 ax.set_xscale("log", base=2)
 ax.set_xticks(concurrency, [str(b) for b in concurrency])
 ax.set_ylim(bottom=0)
-ax.legend(fontsize=8)
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))  # outside: no line runs under it
+plt.tight_layout()
 plt.show()
+per_b = spec_sweep.drop_duplicates("concurrency").set_index("concurrency")["verification / plain step"]
 pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values="speedup"),
            spec_sweep.pivot(index="concurrency", columns="method", values="predicted speedup")
-           .add_prefix("predicted: "), verify_growth,
-           sweep.pivot(index="concurrency", columns="method", values="slowest / fastest wave")
-           .add_prefix("slowest / fastest wave: ")], axis=1).T.round(2)
+           .add_prefix("predicted: "), per_b,
+           spec_sweep.pivot(index="concurrency", columns="method", values="draft step / plain step")
+           .add_prefix("draft step / plain step: ")], axis=1).T.round(2)
+
+# %% [markdown]
+# Where each method turns into a slowdown: the smallest b at which it decodes slower than plain
+# vLLM (`first_slowdown`), measured and predicted, and at the measured one (where there is none,
+# at the largest b) what a verification carries against what it costs. A verification yields its
+# tokens per verification; it costs a verification pass plus k draft steps, in plain steps over
+# the same b, and the steps without a draft cost one each. Speculation is a slowdown where the
+# cost outgrows the yield.
+
+# %%
+slowdown = []
+for name, rows in spec_sweep.groupby("method", sort=False):
+    rows = rows.set_index("concurrency")
+    at = live.first_slowdown(rows.speedup)
+    there = rows.loc[at] if at is not None else rows.iloc[-1]
+    none = f"none up to {max(concurrency)}"
+    slowdown.append({"method": name, "first b slower than plain, measured": at or none,
+                     "predicted": live.first_slowdown(rows["predicted speedup"]) or none,
+                     "at b": there.name, "tokens per verification": there["tokens per verification"],
+                     "verification (plain steps)": there["verification / plain step"],
+                     "k draft steps (plain steps)": k * there["draft step / plain step"],
+                     "speedup there": there.speedup, "predicted there": there["predicted speedup"]})
+slowdown = pd.DataFrame(slowdown).set_index("method")
+results.save("speculative_slowdown", slowdown.reset_index().astype({"first b slower than plain, measured": str,
+                                                                   "predicted": str}), prof, k=k)
+slowdown.round(2)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-speedups = spec_sweep.pivot(index="concurrency", columns="method", values="speedup")
-dearer = verify_growth.loc[concurrency[-1]] > 1.5  # the forward costs say a verification got dearer at the largest b
-print(not dearer or bool((speedups.loc[concurrency[-1]] < speedups.loc[concurrency[0]]).all()))
+measured = spec_sweep.pivot(index="concurrency", columns="method", values="speedup")
+predicted = spec_sweep.pivot(index="concurrency", columns="method", values="predicted speedup")
+falls = predicted.loc[concurrency[-1]] / predicted.loc[concurrency[0]] < 0.8  # per method: a clear predicted fall
+follows = [measured.loc[concurrency[-1], m] < measured.loc[concurrency[0], m]
+           and measured[m].rank().corr(predicted[m].rank()) > 0.5 for m in measured.columns[falls]]
+print(all(follows))
 
 # %% [markdown]
-# The check: where the forward costs say that a verification of the largest wave costs well over
-# one plain step (more than 1.5 of them), every method gains less at the largest concurrency than
-# at one request. The predictions never exceed k + 1, because v is the running maximum of the
-# measured times; the measured speedup at one request can, where a verification ran faster than a
-# plain step in that very run (the forward-cost dip above).
-# %% [markdown]
-# Tokens per verification, per method and concurrency: the same requests at every b, so what the
-# draft gets accepted does not depend on the load; what a verification costs does.
+# The check compares each method's measured trend with its own prediction, not with a rule for
+# all: wherever the forward costs predict that a method's speedup falls by more than a fifth from
+# one request to the largest wave, the measured speedup falls too, and across the sweep the
+# measured speedups are ranked like the predicted ones (Spearman's rank correlation above 0.5).
+# A shallow draft that is already a slowdown one request at a time is held to the same test: its
+# prediction falls further with b, because its draft passes and the verification both grow. Where
+# no prediction falls that much (a GPU whose passes stay flat over these sizes), there is nothing
+# to test. The predictions never exceed k + 1, because v is the running maximum of the measured
+# times; the measured speedup at one request can, where a verification ran faster than a plain
+# step in that very run (the forward-cost dip above).
+#
+# Tokens per verification and vLLM's acceptance rate, per method and concurrency: the same
+# requests at every b, so what the draft gets accepted does not depend on the load; what a
+# verification costs does.
 
 # %%
-sweep[sweep.method != "plain"].pivot(index="concurrency", columns="method", values="tokens per verification").T.round(2)
+pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=v).add_prefix(f"{v}: ")
+           for v in ("tokens per verification", "acceptance rate")], axis=1).T.round(2)
 
 # %% [markdown]
 # ### Is it lossless here?
@@ -959,6 +1040,8 @@ summary = pd.DataFrame({
     f"speedup, sweep task ({sweep_tokens} tokens), {concurrency[0]} request": by_b[concurrency[0]],
     f"acceptance rate, sweep task, {concurrency[-1]} requests": accept_b[concurrency[-1]],
     f"speedup, sweep task, {concurrency[-1]} requests": by_b[concurrency[-1]],
+    "first concurrency slower than plain, measured": slowdown["first b slower than plain, measured"].astype(str),
+    "first concurrency slower than plain, predicted": slowdown["predicted"].astype(str),
 }).drop(index="plain", errors="ignore")
 results.save("speculative_summary", summary.reset_index(names="method"), prof)
 summary.round(2).T
@@ -977,12 +1060,15 @@ summary.round(2).T
 # any depth that would be cheap. The second is cost: verifying k + 1 tokens costs about one step
 # only while a pass stays in the flat part of the forward-cost curve. On a GPU that is where a
 # pass is bound by memory bandwidth; on the cpu profile it is where per-step overhead dominates,
-# as the decode table showed. With more requests in flight the verifications leave the flat part:
-# the concurrency table shows the gain at the largest load below the one-request figure, and the
-# check above confirms it for each method in the sweep. A draft that is already a slowdown one
-# request at a time, like the shallow cut, can only lose more as a verification gets dearer. The
-# model as its own draft is the control: everything accepted, and the summary's speedup for it
-# one request at a time is what the draft's full cost leaves of that.
+# as the decode table showed. With more requests in flight the verifications leave the flat part,
+# and a draft model's passes grow with them: the summary gives, per method, the first concurrency
+# of the sweep at which it decodes slower than plain vLLM, measured and predicted from the forward
+# costs, and the check in the concurrency section confirms that each method's measured trend
+# follows its own prediction. A draft that is already a slowdown one request at a time, like the
+# shallow cut, only loses more as its passes and the verification get dearer. The model as its own
+# draft is the control: everything accepted, and its speedup one request at a time is what the
+# draft's full cost leaves of that; its draft passes grow with b as the target's do, so wherever a
+# pass over more tokens costs more, it falls further.
 #
 # The articles' "two to three times faster" is the papers' range, measured on large models on
 # accelerators, one request at a time, with drafts trained for the job: Leviathan et al. report
@@ -1008,6 +1094,7 @@ pd.DataFrame([
      "quote": "Speculative Decoding verdoppelt bei beiden Engines den Durchsatz ohne Qualitätsverlust."},
 ])
 
+# %% [markdown]
 # ## Exercises
 #
 # 1. Take the cheapest draft model the chapter ran (on the cpu profile, the cut of the model's
@@ -1015,9 +1102,9 @@ pd.DataFrame([
 #    How high would its acceptance probability α have to be, at the chapter's k, for it to break
 #    even on this machine? Compare with its measured α.
 # 2. With this machine's measured forward costs, which k up to the chapter's k maximises the
-#    speedup of prompt lookup, at one request and at the largest concurrency (where a
-#    verification carries b × (k + 1) tokens)? Use its counters on the four tasks (not the sweep,
-#    which repeats one copying task), and since the i.i.d. model need not fit prompt lookup,
+#    speedup of prompt lookup at each concurrency of the sweep (where a verification carries
+#    b × (k + 1) tokens)? Use its counters on the four tasks (not the sweep, which repeats one
+#    copying task), and since the i.i.d. model need not fit prompt lookup,
 #    take the tokens per verification of a shorter draft from the measured survival curve: with
 #    k' ≤ k, E(k') = 1 + the sum of the first k' survival values.
 # 3. From the depth sweep: how many layers does a cut need before it agrees with the target on
@@ -1041,17 +1128,17 @@ else:
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2: E(k') from the measured survival of the task answers; at b requests a verification
-# is a pass over b (k' + 1) tokens against a plain step over b. The n-gram draft costs nothing (c = 0).
+# is a pass over b (k' + 1) tokens against a plain step over b (batch_costs). The n-gram draft costs nothing (c = 0).
 survive = answers[ngram_name].counts.survival()
 e_of = {kk: 1 + survive[:kk].sum() for kk in range(1, k + 1)}
 best_k_at = {}
-for b in (concurrency[0], concurrency[-1]):
-    gains = {kk: e_of[kk] / (verify_cost(min(b * (kk + 1), max(forward_tokens))) / verify_cost(b)) for kk in e_of}
+for b in concurrency:
+    gains = {kk: e_of[kk] / live.batch_costs(kk, 0.0, b, verify_cost)[1] for kk in e_of}
     top = max(gains, key=gains.get)
     best_k_at[b] = (top, gains[top]) if gains[top] > 1 else (0, 1.0)
-print(f"Answer: the best k is {best_k_at[concurrency[0]][0]} with {concurrency[0]} request "
-      f"(predicted {best_k_at[concurrency[0]][1]:.2f}x) and {best_k_at[concurrency[-1]][0]} with "
-      f"{concurrency[-1]} requests (predicted {best_k_at[concurrency[-1]][1]:.2f}x; 0 means: do not speculate).")
+print("Answer: the best k is " + "; ".join(f"{top} with {b} request{'s' if b > 1 else ''} (predicted {gain:.2f}x)"
+                                           for b, (top, gain) in best_k_at.items())
+      + " (0 means: do not speculate at that load).")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3: the first depth with agreement >= 0.5, and its speedup with c = 0.
