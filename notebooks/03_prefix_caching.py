@@ -50,7 +50,7 @@ burst_newcomers = 3           # scheduling: fresh prompts that arrive first ...
 burst_reusers = 4             # ... then requests that reuse a cached prefix
 burst_shared_share = 0.26     # the cached prefix, as a share of the KV budget
 burst_newcomer_share = 0.3    # each fresh prompt, as a share of the KV budget (together with the prefix: > 1)
-burst_stagger_s = 0.2         # the burst's requests are queued this far apart while the engine is paused
+burst_stagger_s = 0.2         # vLLM: the burst's requests are queued this far apart while the engine is paused
 off_requests = 3              # few-shot requests sent again, each after emptying the cache
 salted_requests = 3           # caching on and off under load: few-shot requests sent at once, without and with a salt
 salted_output_tokens = 4      # ... each generating exactly this many tokens
@@ -81,12 +81,15 @@ prof = banner.start(profile)
 # Where every server's memory is bounded (the cpu profile) the
 # three start now, side by side in the background, while we build the two caches; on a GPU, where
 # each server claims most of the memory, each starts when it is needed and the others stop
-# (`servelab/measure/lineup.py`).
+# (`servelab/measure/lineup.py`). A script that runs SGLang's scheduling code without a server,
+# in the section on scheduling, starts now too: importing SGLang takes seconds, and it waits for
+# its input once it has.
 
 # %%
 from servelab.engines.server import Server
 from servelab.measure.lineup import Lineup
 from servelab.measure.prefix_cache_live import cache_options
+from servelab.measure.sglang_policies import start_policy_orders
 
 kv_tokens = kv_tokens or prof.max_model_len * 9 // 8  # vLLM needs one full-length sequence plus its null block
 lineup = Lineup({
@@ -94,6 +97,7 @@ lineup = Lineup({
     "sglang": Server("sglang", prof, kv_cache_tokens=kv_tokens, **cache_options("sglang")),
     "sglang lpm": Server("sglang", prof, kv_cache_tokens=kv_tokens, schedule_policy="lpm", **cache_options("sglang")),
 }, together=prof.kv_cache_tokens is not None, background=True)
+policy_script = start_policy_orders(prof)
 
 # %% [markdown]
 # ## Two prefix caches from scratch
@@ -694,24 +698,21 @@ print(f"in-batch prefix check: requests with at most {facts['IN_BATCH_PREFIX_CAC
 # none of it is scheduled before the last request has been sent; without the pause a fast machine
 # would finish the first fresh prompt before the last request arrived. The two engines hold the
 # paused requests in different places. vLLM's engine core puts them in its waiting queue and
-# schedules nothing. SGLang's tokenizer manager holds each request before tokenizing it
-# (`generate_request` waits on `is_pause_cond` in `tokenizer_manager.py`); on resume they are
-# tokenized and sent to the scheduler one after another, so its first scheduling round may see
-# only the first few of them.
+# schedules nothing, so the requests are sent one after another, `burst_stagger_s` apart. SGLang's
+# tokenizer manager holds each request before tokenizing it (`generate_request` waits on
+# `is_pause_cond` in `tokenizer_manager.py`); on resume, separate requests would be sent to the
+# scheduler one after another, and its first scheduling round could see only the first few of
+# them. So SGLang gets the burst as one batched `/generate` request, the prompts in arrival order,
+# which its tokenizer manager sends to the scheduler as one message (`_send_batch_request`): the
+# first round sees all of it.
 #
 # The burst runs on the three servers: vLLM and SGLang, both first come, first served, and the
 # SGLang server started with `--schedule-policy lpm`. Each other policy would need one more server.
 # Instead, the next section runs SGLang's own ordering code for every policy on the same queue, in
-# SGLang's Python environment and without a server; it starts now, in the background, because
-# importing SGLang takes a while. These are the chapter's last live measurements; the servers stop
-# after them.
+# SGLang's Python environment and without a server, with the script started at the top of the
+# chapter. These are the chapter's last live measurements; the servers stop after them.
 
 # %%
-from servelab.measure.sglang_policies import sglang_policy_orders
-
-policy_pool = ThreadPoolExecutor(1)  # SGLang's ordering code, in-process (next section), while the servers run
-policy_job = policy_pool.submit(sglang_policy_orders, prof, warm_tokens, burst_tokens, burst_names,
-                                page_size=sglang_built["block_size"], seed=seed)
 bursts = {"vLLM, fcfs": run_burst(lineup.take("vllm"), warm_tokens, burst_tokens, burst_names,
                                   stagger_s=burst_stagger_s),
           "SGLang, fcfs": run_burst(lineup.take("sglang"), warm_tokens, burst_tokens, burst_names,
@@ -823,16 +824,15 @@ print(queued, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm
 # computed enters the tree only after the step (`release_kv_cache` and `checkpoint_kv_cache` in
 # `mem_cache/common.py`). The tree is evicted only when an allocation needs room
 # (`evict_from_tree_cache`, called from `alloc_token_slots` in `mem_cache/allocation.py`). Every
-# later round sorts whoever still waits again. And the live scheduler receives the burst a few
-# requests at a time, as described above.
+# later round sorts whoever still waits again.
 
 # %%
 from itertools import combinations
 
-from servelab.measure.sglang_policies import order_table, policy_summary
+from servelab.measure.sglang_policies import order_table, policy_summary, sglang_policy_orders
 
-policy_orders = policy_job.result()
-policy_pool.shutdown()
+policy_orders = sglang_policy_orders(prof, warm_tokens, burst_tokens, burst_names, page_size=sglang_built["block_size"],
+                                     seed=seed, started=policy_script)
 results.save("prefix_schedule_policies", policy_orders, prof, sglang=policy_orders.attrs["sglang"],
              tree=policy_orders.attrs["tree"], page_size=sglang_built["block_size"], seed=seed)
 reuser_names = [n for n in burst_names if n.startswith("reuse")]
@@ -900,8 +900,7 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 #
 # The live `lpm` server agrees with the in-process run: each reusing request's cached tokens are
 # the prefix SGLang's `lpm` code matched for it. The finishing order need not follow the
-# in-process positions one by one: the live scheduler received the burst a few requests at a time,
-# and requests prefilled in the same step finish together.
+# in-process positions one by one: requests prefilled in the same step finish together.
 #
 # From the orders follow predictions, not measurements. `dfs-weight` and `shortest-prefill-first`
 # chose, for the first round, an order that puts every reusing request first, as `lpm` did, so we

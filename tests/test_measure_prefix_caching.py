@@ -232,7 +232,7 @@ def _fake_server_class():
 
     class Handler(BaseHTTPRequestHandler):
         state = {"queries": 0, "hits": 0, "flushes": 0, "cache": set(), "engine": "vllm", "go": threading.Event(),
-                 "pauses": []}
+                 "pauses": [], "batches": []}
         state["go"].set()
 
         def _reply(self, code: int, body: str = "", kind: str = "text/plain") -> None:
@@ -264,12 +264,20 @@ def _fake_server_class():
                 self.state["go"].set() if resume else self.state["go"].clear()
                 return self._reply(200)
             self.state["go"].wait(10)  # a paused engine holds a request in its queue
+            if self.path == "/generate":  # SGLang's native API: here a batch of token-id prompts
+                self.state["batches"].append(len(body["input_ids"]))
+                hits = [self._prefill(prompt) for prompt in body["input_ids"]]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for i in reversed(range(len(hits))):  # answered in any order; "index" says whose
+                    meta = {"prompt_tokens": len(body["input_ids"][i]), "cached_tokens": hits[i],
+                            "finish_reason": {"type": "length"}}
+                    self.wfile.write(f"data: {json.dumps({'index': i, 'text': 'x', 'meta_info': meta})}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                return None
             prompt = body["prompt"]
-            hit = max((n for n in range(len(prompt)) if tuple(prompt[:n]) in self.state["cache"]), default=0)
-            self.state["cache"].update(tuple(prompt[:n]) for n in range(1, len(prompt) + 1))
-            self.state["queries"] += len(prompt)
-            self.state["hits"] += hit
-            time.sleep(0.01 * (len(prompt) - hit))  # prefill time grows with the uncached tokens
+            hit = self._prefill(prompt)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
@@ -281,6 +289,14 @@ def _fake_server_class():
                 chunk.update(id="x", object="text_completion", created=0, model=body["model"])
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
+
+        def _prefill(self, prompt):
+            hit = max((n for n in range(len(prompt)) if tuple(prompt[:n]) in self.state["cache"]), default=0)
+            self.state["cache"].update(tuple(prompt[:n]) for n in range(1, len(prompt) + 1))
+            self.state["queries"] += len(prompt)
+            self.state["hits"] += hit
+            time.sleep(0.01 * (len(prompt) - hit))  # prefill time grows with the uncached tokens
+            return hit
 
         def log_message(self, *args):
             pass
@@ -331,6 +347,19 @@ def test_run_burst_queues_the_burst_in_order_while_paused_then_resumes(engine_st
     assert (frame.end_s > 0).all()  # none finished before the resume
     assert frame.set_index("request").cached_tokens.to_dict() == {"new-0": 0, "new-1": 0, "reuse-0": 40, "reuse-1": 40}
     assert sorted(frame.finished) == [1, 2, 3, 4]
+
+
+def test_run_burst_sends_sglang_the_burst_as_one_batched_request(engine_stand_in):
+    server, state = engine_stand_in
+    sglang = SimpleNamespace(**{**vars(server), "engine": "sglang"})
+    shared = list(range(100, 140))
+    burst = [[7] * 30, shared + [1], shared + [2]]
+    frame = run_burst(sglang, shared + [0], burst, ["new-0", "reuse-0", "reuse-1"], settle_s=0.1)
+    assert state["batches"] == [3] and state["pauses"] == ["/pause_generation", "/continue_generation"]
+    assert frame.request.tolist() == ["new-0", "reuse-0", "reuse-1"] and frame.sent_rank.tolist() == [1, 2, 3]
+    assert (frame.start_s < 0).all() and (frame.end_s > 0).all()
+    assert frame.set_index("request").cached_tokens.to_dict() == {"new-0": 0, "reuse-0": 40, "reuse-1": 40}
+    assert frame.prompt_tokens.tolist() == [30, 41, 41] and sorted(frame.finished) == [1, 2, 3]
 
 
 def test_pause_speaks_each_engines_endpoint(engine_stand_in):

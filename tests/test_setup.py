@@ -111,3 +111,19 @@ def test_a_missing_tool_is_one_error_line_not_a_traceback(monkeypatch, capsys):
     assert cli.main(["book"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["servelab: error: No such file or directory (/nowhere/bin/jupyter-book)"]
+
+
+def test_a_started_script_imports_first_then_answers_its_input(tmp_path):
+    from pathlib import Path
+
+    from servelab.machine.engine_envs import ScriptFailed, start_script
+
+    echo = tmp_path / "echo.py"
+    echo.write_text("import json, sys\nprint('warming up')\nprint(json.dumps({'got': json.load(sys.stdin)}))\n")
+    assert start_script(Path(sys.executable), echo).answer('{"a": 1}') == {"got": {"a": 1}}
+    with pytest.raises(ScriptFailed, match=r"echo.py failed with exit code 1: .*JSONDecodeError"):
+        start_script(Path(sys.executable), echo).answer("not json")
+    slow = tmp_path / "slow.py"
+    slow.write_text("import sys, time\nsys.stdin.read()\ntime.sleep(30)\n")
+    with pytest.raises(ScriptFailed, match="slow.py took longer than 1 s"):
+        start_script(Path(sys.executable), slow).answer("", timeout=1)

@@ -193,11 +193,43 @@ def run_script(python: Path, script: Path, *args: str, stdin: str | None = None,
             stderr = log.read_text(errors="replace")
     except subprocess.TimeoutExpired:
         raise ScriptFailed(f"{script.name} took longer than {timeout:.0f} s") from None
+    return _answer(script, out.returncode, out.stdout, stderr, log)
+
+
+def _answer(script: Path, returncode: int, stdout: str, stderr: str, log: Path | None = None) -> Any:
+    """The JSON document on the last stdout line of a finished script, or ScriptFailed saying why not."""
     tail = " | ".join(stderr.strip().splitlines()[-3:]) or "(no output)"
     where = f" (log: {log})" if log else ""
-    if out.returncode:
-        raise ScriptFailed(f"{script.name} failed with exit code {out.returncode}: {tail}{where}")
+    if returncode:
+        raise ScriptFailed(f"{script.name} failed with exit code {returncode}: {tail}{where}")
     try:
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return json.loads(stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
         raise ScriptFailed(f"{script.name} answered no JSON on its last line: {tail}{where}") from None
+
+
+class StartedScript:
+    """A script started ahead of its input (see :func:`start_script`)."""
+
+    def __init__(self, python: Path, script: Path, env: Mapping[str, str] | None) -> None:
+        self.script = script
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"} if env is None else dict(env)
+        self._process = subprocess.Popen([str(python), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=env)
+
+    def answer(self, stdin: str, timeout: float = 600) -> Any:
+        """Send the script its input, wait for it to finish and return its JSON answer."""
+        try:
+            stdout, stderr = self._process.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.communicate()
+            raise ScriptFailed(f"{self.script.name} took longer than {timeout:.0f} s") from None
+        return _answer(self.script, self._process.returncode, stdout, stderr)
+
+
+def start_script(python: Path, script: Path, env: Mapping[str, str] | None = None) -> StartedScript:
+    """Start ``script`` now and give it its stdin later (:meth:`StartedScript.answer`): a script that imports
+    its engine before it reads stdin does the slow part while the caller prepares the input. If the caller
+    exits first, the script reads end-of-file and fails."""
+    return StartedScript(python, script, env)

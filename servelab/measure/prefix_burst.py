@@ -3,9 +3,12 @@
 Which requests a scheduler takes first decides, under a small cache, whether a cached prefix survives
 until the requests that need it run. To make the queue's order certain on every machine, the engine is
 paused while the burst arrives (a GPU would otherwise prefill the first request before the last one is
-sent), and resumed once all of it waits. vLLM's scheduler then sees every request at once, in the order
-sent; SGLang's tokenizer manager holds the paused requests before tokenizing them and hands them to the
-scheduler one after another on resume, so its first round may see only the first few.
+sent), and resumed once all of it waits. vLLM gets one request after another and its engine core
+queues them, in the order sent. SGLang's tokenizer manager holds paused requests before tokenizing them
+and, on resume, would hand separate requests to the scheduler one after another, so its first round
+could see only the first few; SGLang therefore gets the burst as one batched ``/generate`` request of
+token ids, which its tokenizer manager sends to the scheduler as one message (``_send_batch_request`` in
+``tokenizer_manager.py``): the first round sees all of it, in order.
 :func:`reuser_ceiling` is the most a reuser can find in a block cache.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -52,22 +56,52 @@ async def _held(server: Server, names: Sequence[str], prompts: Sequence[list[int
         return time.perf_counter() - t0
 
     try:
-        *rows, resumed = await asyncio.gather(*(_one(client, server.served_model, n, p, i * stagger_s, t0, 1)
-                                                for i, (n, p) in enumerate(zip(names, prompts, strict=True))),
-                                              release())
+        if server.engine == "sglang":
+            rows, resumed = await asyncio.gather(_one_batch(server, names, prompts, t0), release())
+        else:
+            *rows, resumed = await asyncio.gather(*(_one(client, server.served_model, n, p, i * stagger_s, t0, 1)
+                                                    for i, (n, p) in enumerate(zip(names, prompts, strict=True))),
+                                                  release())
     finally:
         await client.close()
     return list(rows), resumed
+
+
+async def _one_batch(server: Server, names: Sequence[str], prompts: Sequence[list[int]],
+                     t0: float) -> list[dict[str, Any]]:
+    """The prompts as one streamed, batched SGLang ``/generate`` of one token each; a row per prompt, as ``_one``."""
+    body = {"input_ids": list(prompts), "stream": True, "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+    first: dict[int, float] = {}
+    last: dict[int, dict[str, Any]] = {}
+    ended: dict[int, float] = {}
+    start = time.perf_counter()
+    async with httpx.AsyncClient(timeout=3600) as http, http.stream("POST", server.url + "/generate",
+                                                                     json=body) as reply:
+        reply.raise_for_status()
+        async for line in reply.aiter_lines():
+            if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                continue
+            chunk, now = json.loads(line[len("data:"):]), time.perf_counter()
+            i = chunk.get("index", 0)
+            first.setdefault(i, now)
+            last[i], ended[i] = chunk["meta_info"], now
+    missing = [names[i] for i in range(len(names)) if i not in last]
+    if missing:
+        raise RuntimeError(f"SGLang answered no chunk for {', '.join(missing)}")
+    return [{"request": n, "prompt_tokens": last[i]["prompt_tokens"], "cached_tokens": last[i].get("cached_tokens", 0),
+             "ttft_s": first[i] - start, "latency_s": ended[i] - start, "start_s": start - t0, "end_s": ended[i] - t0}
+            for i, n in enumerate(names)]
 
 
 def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names: Sequence[str], *,
               stagger_s: float = 0.2, settle_s: float = 0.5) -> pd.DataFrame:
     """From an empty cache: ``warm`` alone (it caches the shared prefix), then ``burst`` queued in order.
 
-    The engine is paused while the burst arrives, ``stagger_s`` apart, so every request is queued, in
-    this order, before the scheduler sees any of them; it resumes ``settle_s`` after the last one. One
-    row per burst request: times from the resume (``start_s`` negative: sent while paused),
-    ``finished`` (its rank by the end of its response, from 1), and ``sent_rank`` (by send time).
+    The engine is paused while the burst arrives, so every request is queued, in this order, before the
+    scheduler sees any of them: to vLLM one request after another, ``stagger_s`` apart; to SGLang as one
+    batched request (see the module's docstring). It resumes ``settle_s`` after the last one. One row per
+    burst request: times from the resume (``start_s`` negative: sent while paused), ``finished`` (its
+    rank by the end of its response, from 1), and ``sent_rank`` (by send time; a batch's in list order).
     """
     flush(server)
     send(server, [warm], ["warm-up"])

@@ -27,30 +27,37 @@ from servelab.machine.profiles import Profile
 CASES = ("burst", "padded", "radix off")
 
 
+def start_policy_orders(profile: Profile) -> engine_envs.StartedScript:
+    """Start the script now, so it imports SGLang (seconds of CPU) while the caller prepares the queue;
+    :func:`sglang_policy_orders` with ``started=`` hands it the queue."""
+    python = engine_envs.get(profile.sglang_env).require().python
+    drop = ("SGLANG_USE_CPU_ENGINE", "PYTHONPATH")
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, "CUDA_VISIBLE_DEVICES": "",
+           "HF_HUB_OFFLINE": "1"}
+    return engine_envs.start_script(python, script("sgl_schedule_policies.py"), env=env)
+
+
 def sglang_policy_orders(profile: Profile, warm: Sequence[int], prompts: Sequence[Sequence[int]],
                          names: Sequence[str], *, page_size: int = 1, max_new_tokens: int = 1,
-                         waited_tokens: int | None = None, seed: int = 0, timeout: float = 300) -> pd.DataFrame:
+                         waited_tokens: int | None = None, seed: int = 0, timeout: float = 300,
+                         started: engine_envs.StartedScript | None = None) -> pd.DataFrame:
     """Each SGLang policy's order for ``prompts`` (named ``names``, in arrival order) behind a cached ``warm``.
 
     ``page_size`` is the live server's (the tree keeps whole pages); ``max_new_tokens`` what every
     request asks for (``lof`` sorts by it); ``waited_tokens`` (default: the warm-up's length) the prefill
     tokens processed since the queue formed in the "hrrn, waited" row. Runs in SGLang's venv on the CPU
-    with CUDA hidden, so a GPU machine gives the same answer. See :func:`policy_frame` for the rows.
+    with CUDA hidden, so a GPU machine gives the same answer; ``started``: a script already started by
+    :func:`start_policy_orders` (else one starts now). See :func:`policy_frame` for the rows.
     """
     if len(names) != len(prompts) or len(set(names)) != len(names) or not names:
         raise ValueError(f"need one distinct name per prompt; got {len(names)} names for {len(prompts)} prompts")
     if page_size < 1 or max_new_tokens < 1 or not warm:
         raise ValueError(f"need page_size >= 1, max_new_tokens >= 1 and a non-empty warm-up; got {page_size}, "
                          f"{max_new_tokens}, {len(warm)} warm-up tokens")
-    python = engine_envs.get(profile.sglang_env).require().python
-    drop = ("SGLANG_USE_CPU_ENGINE", "PYTHONPATH")
-    env = {**{k: v for k, v in os.environ.items() if k not in drop}, "CUDA_VISIBLE_DEVICES": "",
-           "HF_HUB_OFFLINE": "1"}
     request = {"warm": list(warm), "names": list(names), "prompts": [list(p) for p in prompts],
                "page_size": page_size, "max_new_tokens": max_new_tokens,
                "waited_tokens": len(warm) if waited_tokens is None else waited_tokens, "seed": seed}
-    report = engine_envs.run_script(python, script("sgl_schedule_policies.py"), stdin=json.dumps(request), env=env,
-                                    timeout=timeout)
+    report = (started or start_policy_orders(profile)).answer(json.dumps(request), timeout=timeout)
     return policy_frame(report)
 
 

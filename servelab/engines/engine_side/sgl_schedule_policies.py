@@ -7,7 +7,7 @@ tokens. Each waiting request is an SGLang ``Req`` that entered the queue in arri
 policy is ``SchedulePolicy(policy, tree_cache, ...)`` from ``sglang/srt/managers/schedule_policy.py``,
 whose ``calc_priority`` sorts the queue in place, as the scheduler calls it once per scheduling round.
 
-Reads on stdin {"warm": [ids], "names": [...], "prompts": [[ids], ...], "page_size": n,
+Imports SGLang first, then reads on stdin {"warm": [ids], "names": [...], "prompts": [[ids], ...], "page_size": n,
 "max_new_tokens": n, "waited_tokens": n, "seed": n} and runs three cases:
 
 - "burst": the queue as it arrived, the radix cache on;
@@ -52,7 +52,6 @@ class _Allocator:
 
 
 def main() -> None:
-    request = json.load(sys.stdin)
     started = time.perf_counter()
     import sglang
     import torch
@@ -72,6 +71,7 @@ def main() -> None:
     get_context().override_server_args().install()
 
     imported = time.perf_counter() - started
+    request = json.load(sys.stdin)  # after the imports: the caller may start this script before it has the input
     started = time.perf_counter()
     warm, names, prompts = request["warm"], list(request["names"]), [list(p) for p in request["prompts"]]
     if len(names) != len(prompts) or len(set(names)) != len(names):
