@@ -238,3 +238,21 @@ def test_catalogs_are_in_the_canonical_form():
             text = catalogs.po_path(lang, domain).read_text()
             assert "\n#: " not in text and '\nmsgstr ""\n"' not in text.split("\n\n", 1)[1], f"{lang}/{domain}"
 
+
+
+def test_a_fuzzy_entrys_previous_english_survives_a_read_and_write(tmp_path):
+    from babel.messages.catalog import Catalog
+
+    catalog = Catalog(locale="de")
+    catalog.add("new English", "alt", flags=["fuzzy"], previous_id=["the old English, " * 8])
+    catalog.add("kept", "behalten", user_comments=["glossary-ignore: block (a table)"])
+    catalogs.write(catalog, tmp_path / "a.po")
+    first = (tmp_path / "a.po").read_text()
+    assert '#| msgid "the old English, the old English' in first  # one line, not wrapped
+    catalogs.write(catalogs.read(tmp_path / "a.po"), tmp_path / "b.po")
+    assert (tmp_path / "b.po").read_text() == first  # nothing piles up as "# | msgid" comments
+    # what earlier writes left: the previous English read as comments, wrapped, and a translator's note
+    (tmp_path / "c.po").write_text('# glossary-ignore: block (a table)\n# | msgid "the old\n# English"\n'
+                                   '#, fuzzy\nmsgid "new English"\nmsgstr "alt"\n')
+    entry = next(m for m in catalogs.read(tmp_path / "c.po") if m.id)
+    assert entry.user_comments == ["glossary-ignore: block (a table)"] and entry.previous_id == ["the old English"]

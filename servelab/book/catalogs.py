@@ -59,14 +59,31 @@ def check_domain(lang: str, domain: str) -> str:
 
 def read(path: Path) -> Catalog:
     with path.open("rb") as f:
-        return read_po(f)
+        catalog = read_po(f)
+    for m in catalog:
+        m.user_comments, previous = _split_previous(m.user_comments)
+        m.previous_id = [previous] if previous and m.fuzzy else []
+    return catalog
+
+
+def _split_previous(comments: list[str]) -> tuple[list[str], str]:
+    """(translator comments, the previous English) from what Babel's reader made of a fuzzy entry's
+    ``#| msgid`` lines: it reads them as translator comments ``| msgid "..."``, so each write would
+    turn them into ``# | msgid`` comments, wrapped anew, which pile up. A comment group from the first
+    ``| msgid`` on is the previous English (older wrapped pieces included), not a translator's note."""
+    at = next((i for i, c in enumerate(comments) if c.startswith("| msgid")), None)
+    if at is None:
+        return list(comments), ""
+    text = " ".join(c.removeprefix("|").strip() for c in comments[at:] if not c.startswith("glossary-ignore:"))
+    text = text.removeprefix("msgid").strip().removeprefix('"').removesuffix('"').replace('\\"', '"')
+    return [c for i, c in enumerate(comments) if i < at or c.startswith("glossary-ignore:")], text
 
 
 def write(catalog: Catalog, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".po.tmp")
-    with tmp.open("wb") as f:
-        write_po(f, catalog, width=0, no_location=True, include_previous=True, ignore_obsolete=True)
+    with tmp.open("wb") as f:  # no wrapping, comments included (a wrapped #| line would not read back)
+        write_po(f, catalog, width=10**9, no_location=True, include_previous=True, ignore_obsolete=True)
     tmp.replace(path)
 
 
