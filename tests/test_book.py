@@ -80,3 +80,22 @@ def test_translated_pages_show_their_catalogs(books):
         code = '<code class="docutils literal notranslate"><span class="pre">./lab.sh'
         assert 'href="running.html"' in page and code in page, lang
     assert "<h1>Introduction" in (books / "en" / "book" / "intro.html").read_text()
+
+
+def test_the_commit_says_when_the_checkout_was_edited(tmp_path, monkeypatch):
+    import subprocess
+
+    from servelab.book import provenance as prov
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("one")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    monkeypatch.setattr(prov, "REPO", tmp_path)
+    clean = prov.git_commit()
+    assert len(clean) >= 7 and not clean.endswith("-dirty")
+    (tmp_path / "a.txt").write_text("two")
+    assert prov.git_commit() == f"{clean}-dirty"

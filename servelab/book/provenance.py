@@ -25,8 +25,9 @@ def engine_versions(profile: Profile) -> dict[str, str]:
 
 
 def git_commit() -> str:
+    """The checkout's commit, with "-dirty" when tracked files differ from it (a run from edited code)."""
     try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        return subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=7", "--exclude=*"],
                               capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
