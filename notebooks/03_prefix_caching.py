@@ -52,7 +52,7 @@ burst_shared_share = 0.26     # the cached prefix, as a share of the KV budget
 burst_newcomer_share = 0.3    # each fresh prompt, as a share of the KV budget (together with the prefix: > 1)
 burst_stagger_s = 0.2         # vLLM: the burst's requests are queued this far apart while the engine is paused
 off_requests = 3              # few-shot requests sent again, each after emptying the cache
-salted_requests = 3           # caching on and off under load: few-shot requests sent at once, without and with a salt
+salted_requests = 2           # caching on and off under load: few-shot requests sent at once, without and with a salt
 salted_output_tokens = 4      # ... each generating exactly this many tokens
 fork_tree = {"branches": 2, "sub_branches": 2}  # the agent tree run with SGLang's frontend fork
 fork_max_tokens = 8           # tokens each of its generations produces at most (greedy)
@@ -466,29 +466,31 @@ print(not aligned or (both.sglang >= both.vllm).all(), not aligned or (both.sgla
 # The **agent_tree** workload above imitates the shape of `fork` and sends its requests one after
 # another. Here a tree of the same shape runs through SGLang's real frontend language, in SGLang's
 # Python environment, against the SGLang server above
-# (`servelab/engines/engine_side/sgl_agent_tree.py`): a system prompt and a task, a generated
-# plan, a `fork` into branches that each generate a step, and a `fork` of every branch into
-# sub-branches that each generate a result (`fork_tree`), greedy, at most `fork_max_tokens` tokens
-# per generation. The frontend runs every branch in a thread of its own, so the branches run in
-# parallel, as a real agent's would. Before it forks a state that holds text, `fork` sends that
-# text as a request that generates nothing, so that the branches find it cached
-# (`StreamExecutor.fork` in `sglang/lang/interpreter.py`, `commit_lazy_operations` in
-# `sglang/lang/backend/runtime_endpoint.py`); the table calls these requests the fork's commit.
-# `fork` looks for that text before it waits for the state's worker thread, so a fork called while
-# the thread has not yet written the queued text sends no commit; the program reads its plan
-# before it forks, which waits for it.
+# (`servelab/engines/engine_side/sgl_agent_tree.py`): a system prompt and a task, a generated plan,
+# a `fork` into branches that each generate a step, and a `fork` of every branch into sub-branches
+# that each generate a result (`fork_tree`), greedy, at most `fork_max_tokens` tokens per
+# generation. The frontend runs every branch in a thread of its own, so the branches run in
+# parallel, as a real agent's would. A fork commits only when it has more than one branch
+# (`size > 1` in `StreamExecutor.fork`), so `fork_tree` asks for at least two of each. Before it
+# forks a state that holds text, `fork` sends that text as a request that generates nothing, so that the
+# branches find it cached (`StreamExecutor.fork` in `sglang/lang/interpreter.py`,
+# `commit_lazy_operations` in `sglang/lang/backend/runtime_endpoint.py`); the table calls these
+# requests the fork's commit. `fork` looks for that text before it waits for the state's worker
+# thread, so a fork called while the thread has not yet written the queued text sends no commit;
+# the program reads its plan before it forks, which waits for it.
 #
 # Every `/generate` request the frontend sends is recorded with its text, its answer, and when it
 # was sent and answered (the recorder of chapter 00). Our radix tree replays them on SGLang's own
 # token ids, as in chapter 00, but from each request's own times: a request finds at least what had
-# been answered before it was sent (`low`), and at most that plus everything then in flight,
-# generated tokens included (`high`); which of the requests in flight together reached the tree
-# first is up to the scheduler. Then vLLM receives the same token ids in the same shape: each
-# request waits until the requests that SGLang had answered before it was sent are answered, so
-# requests in flight together on SGLang are in flight together on vLLM. Each asks for one token, so
-# only prompts are cached, and our block cache predicts the same kind of range. The column
-# `parent prefix` is what a branch shares with the commit of the fork it came from, in whole SGLang
-# pages.
+# been answered before it was sent (`low`), and at most that plus every request in flight with it,
+# sent before or after it, generated tokens included (`high`); which of the requests in flight
+# together reached the tree first is up to the scheduler, and a sibling sent later can be scheduled
+# first (vLLM caches a request's full blocks when it schedules them). Then vLLM receives the same
+# token ids in the same shape: each request waits until the requests that SGLang had answered
+# before it was sent are answered, so requests in flight together on SGLang are in flight together
+# on vLLM. Each asks for one token, so only prompts are cached, and our block cache predicts the
+# same kind of range. The column `parent prefix` is what a branch shares with the commit of the
+# fork it came from, in whole SGLang pages.
 
 # %%
 from servelab.measure import agent_fork
@@ -499,7 +501,7 @@ fork_sglang = agent_fork.sglang_table(fork_run, page_size=sglang_built["block_si
                                       overlap=not info["disable_overlap_schedule"], **fork_tree)
 fork_vllm, fork_vllm_counted = agent_fork.replay_on_vllm(lineup.take("vllm"), fork_run, capacity=vllm_built["usable"],
                                                          block_size=vllm_built["block_size"])
-fork_table = fork_sglang[["request", "group", "prompt tokens", "generated", "parent prefix"]].assign(**{
+fork_table = fork_sglang[["request", "group", "prompt tokens", "generated", "finish", "parent prefix"]].assign(**{
     "SGLang cached": fork_sglang.reported, "SGLang low": fork_sglang.low, "SGLang high": fork_sglang.high,
     "vLLM cached": fork_vllm.cached_tokens, "vLLM low": fork_vllm.low, "vLLM high": fork_vllm.high,
     "vLLM same ids": fork_vllm["same ids"]})
@@ -535,8 +537,11 @@ print(within("SGLang"), within("vLLM"),
 # commit repeats the text of the state it forks, so it finds the prompt of the request before it and
 # the tokens that request generated: all of them, or all but the last, which was returned but never
 # fed back, depending on how the request finished (chapter 00 explains when; the `generated` column
-# counts them). vLLM, with one output token per request, caches prompts only, and in
-# whole blocks: the hit rates printed above compare what the two caches found in the same tree.
+# counts them, the `finish` column says how each request finished). vLLM, with one output token
+# per request, caches prompts only, and in whole blocks: the hit rates printed above compare what
+# the two caches found in the same tree. The replay simplifies here: a real vLLM agent would
+# generate its plan and steps and cache the full blocks of those generated tokens too, so part of
+# the gap between the two rates comes from the replay's one output token, not from the block size.
 
 # %% [markdown]
 # ### What the block size does
@@ -663,7 +668,7 @@ plt.show()
 # `schedule_policy.py`, and the server above reports its default.
 
 # %%
-from servelab.measure.prefix_burst import common_prefix, reuser_ceiling, run_burst
+from servelab.measure.prefix_burst import FINISH_TOLERANCE_S, common_prefix, reuser_ceiling, run_burst
 from servelab.measure.prefix_cache_live import sglang_schedule_facts
 
 facts = sglang_schedule_facts(prof)
@@ -673,7 +678,7 @@ print(f"this server's policy: {info['schedule_policy']}; lpm and hrrn fall back 
       f"{facts['WAITING_QUEUE_PREFIX_MATCH_MAX']} waiting requests")
 print(f"in-batch prefix check: requests with at most {facts['IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD']} cached "
       f"tokens that share at least {facts['IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD']} tokens with an "
-      f"earlier waiting request wait one round")
+      f"earlier waiting request are sorted to the back of the queue by lpm, hrrn and shortest-prefill-first")
 
 # %% [markdown]
 # `lpm` (longest prefix match) sorts the waiting queue so that requests with the longest cached
@@ -686,10 +691,12 @@ print(f"in-batch prefix check: requests with at most {facts['IN_BATCH_PREFIX_CAC
 #
 # Cache-aware policies do one more thing (`_compute_prefix_matches`). A waiting request that finds
 # little in the cache (the first threshold printed above) is matched against the other waiting
-# requests; if it shares a prefix (the second threshold) with one ahead of it, it is held back for
-# this round. Of several requests that share a prefix nobody has computed yet, one is prefilled
-# first, and the others find its prefix cached a round later instead of all computing it in the
-# same step. FCFS does not do this.
+# requests; if it shares a prefix (the second threshold) with one ahead of it, it joins a set that
+# `lpm`, `hrrn` and `shortest-prefill-first` sort to the back of the queue; `dfs-weight` ignores
+# the set. Nothing else reads it: `PrefillAdder` still admits those requests in the same round when
+# the step's budget and the free memory allow, and then they compute the shared prefix in the same
+# step as the request ahead of them. Only a request that the budget leaves waiting finds that
+# prefix cached in a later round. FCFS does not sort at all.
 #
 # A workload where order matters: one request caches a shared prefix; then a burst arrives, first
 # `burst_newcomers` fresh prompts, then `burst_reusers` requests that start with the cached prefix.
@@ -727,7 +734,7 @@ lineup.stop()
 # %%
 burst_table = pd.concat([frame.assign(configuration=name) for name, frame in bursts.items()], ignore_index=True)
 results.save("prefix_schedule_burst", burst_table, prof, kv_tokens=kv_tokens, shared_tokens=len(warm_tokens))
-burst_table.pivot(index="request", columns="configuration", values=["cached_tokens", "finished"]).loc[burst_names]
+burst_table.pivot(index="request", columns="configuration", values=["cached_tokens", "finish_group"]).loc[burst_names]
 
 # %%
 fig, panels = plt.subplots(len(bursts), 1, figsize=(9, 1.1 + 1.3 * len(bursts)), sharex=True)
@@ -759,8 +766,9 @@ print(f"The reusing requests share {min(shared[r] for r in reuse.request)} to {m
       f"{sglang_built['block_size']}.")
 for name, rows in reuse.groupby("configuration", sort=False):
     print(f"{name}: {rows['found the prefix'].sum()} of {len(rows)} reusing requests found the cached prefix "
-          f"(at least 90% of the {rows.ceiling.iloc[0]} tokens their cache can give); the first of them to finish "
-          f"came {rows.finished.min()} of {len(bursts[name])} in finishing order.")
+          f"(at least 90% of the {rows.ceiling.iloc[0]} tokens their cache can give); the first of them finished "
+          f"in group {rows.finish_group.min()} of {bursts[name].finish_group.max()} (a group: requests that ended "
+          f"within {1000 * FINISH_TOLERANCE_S:.0f} ms of each other).")
 reuse.groupby("configuration", sort=False).agg(cached_tokens=("cached_tokens", "sum"),
                                                  most_they_can_find=("ceiling", "sum"),
                                                  prompt_tokens=("prompt_tokens", "sum"),
@@ -769,21 +777,25 @@ reuse.groupby("configuration", sort=False).agg(cached_tokens=("cached_tokens", "
 # %%
 # NBVAL_CHECK_OUTPUT
 cached = reuse.groupby("configuration").cached_tokens.sum()
-queued = all((f.sent_rank.values == np.arange(1, len(f) + 1)).all() and (f.start_s < 0).all() and (f.end_s > 0).all()
-             for f in bursts.values())
+in_order = (bursts["vLLM, fcfs"].sent_rank.values == np.arange(1, len(burst_names) + 1)).all()  # SGLang: one batch
+queued = in_order and all((f.start_s < 0).all() and (f.end_s > 0).all() for f in bursts.values())
 found = reuse.groupby("configuration")["found the prefix"].sum()
 print(queued, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm"] == burst_reusers,
       found["SGLang, fcfs"] < burst_reusers)
 
 # %% [markdown]
-# The first check confirms the setup: on every server the burst was queued in order while the
-# engine was paused, and no request finished before it resumed. Under `fcfs` SGLang prefills the
-# fresh prompts first; their KV needs room, and the least recently used entry, the shared prefix,
-# is evicted before the reusing requests are scheduled. Those then prefill the prefix again: all of
+# The first check confirms the setup: on every server the burst was sent while the
+# engine was paused, and no request finished before it resumed. vLLM received it one request after
+# another, and the check confirms they were sent in order; SGLang's order is that of the batch by
+# construction: the tokenizer manager sends the batch to the scheduler as one message
+# (`_send_batch_request`), and the scheduler queues its requests in list order
+# (`handle_batch_generate_request` in `scheduler.py`). Under `fcfs` SGLang prefills the fresh
+# prompts first; their KV needs room, and the least recently used entry, the shared prefix, is
+# evicted before the reusing requests are scheduled. Those then prefill the prefix again: all of
 # them that are scheduled in the same step, because SGLang inserts what a step computed into the
-# tree only after the step, and FCFS skips the in-batch check described above; the ones scheduled
-# later find it again. With `lpm`, SGLang moves the requests whose prefix is cached to the front of
-# the queue: every one of them reuses it before the fresh prompts can evict it.
+# tree only after the step; the ones scheduled later find it again. With `lpm`, SGLang moves the
+# requests whose prefix is cached to the front of the queue: every one of them reuses it before the
+# fresh prompts can evict it.
 #
 # vLLM has no cache-aware policy, so the printed lines above are what its default order and its
 # block pool give. Which cached blocks a fresh prompt takes is decided by the free queue: blocks
@@ -818,8 +830,9 @@ print(queued, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm
 # prefilled since it arrived.
 #
 # These are orders, not a served burst. What the scheduler does with the order is left out.
-# `PrefillAdder` (`schedule_policy.py`) walks the sorted queue and stops when the step's budget of
-# new tokens (`max_prefill_tokens`, the chunked-prefill size) or the free KV memory runs out
+# `PrefillAdder` (`schedule_policy.py`) walks the sorted queue and stops when one of the step's two
+# token budgets runs out, the new input tokens (`rem_input_tokens`, from `max_prefill_tokens`) or
+# the chunk (`rem_chunk_tokens`, from `chunked_prefill_size`), or the free KV memory does
 # (`budget_state`), so the sizes decide how many of the first requests share a step. What a step
 # computed enters the tree only after the step (`release_kv_cache` and `checkpoint_kv_cache` in
 # `mem_cache/common.py`). The tree is evicted only when an allocation needs room
@@ -843,10 +856,11 @@ print(f"SGLang {policy_orders.attrs['sglang']}, {policy_orders.attrs['tree']}, p
 print("cached prefix of each request when the burst arrives (tokens): "
       + ", ".join(f"{n} {m}" for n, m in policy_orders.attrs["matched"].items()))
 print(f"the fresh prompts share at most {max(common_prefix(a, b) for a, b in combinations(fresh_tokens, 2))} tokens "
-      f"with each other; the in-batch check holds back a request that shares at least "
+      f"with each other; under lpm, hrrn and shortest-prefill-first the in-batch check moves to the back a "
+      f"request that shares at least "
       f"{policy_orders.attrs['constants']['IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD']} with an earlier one")
 order_table(policy_orders, "burst").drop(columns="refused").join(
-    policy_check.loc["burst", ["every reuser first", "held back"]])
+    policy_check.loc["burst", ["every reuser first", "moved to the back"]])
 
 # %% [markdown]
 # The same code under the two conditions in which SGLang gives up a cache-aware order: a queue
@@ -864,8 +878,8 @@ policy_check.loc[["padded", "radix off"]]
 
 # %%
 lpm_position = policy_orders[(policy_orders.case == "burst") & (policy_orders.policy == "lpm")]
-agreement = (bursts["SGLang, lpm"].set_index("request")[["cached_tokens", "finished"]]
-             .rename(columns={"cached_tokens": "cached, live lpm", "finished": "finished, live lpm"})
+agreement = (bursts["SGLang, lpm"].set_index("request")[["cached_tokens", "finish_group"]]
+             .rename(columns={"cached_tokens": "cached, live lpm", "finish_group": "finish group, live lpm"})
              .join(lpm_position.set_index("request")[["matched", "position"]]
                    .rename(columns={"matched": "matched, in-process", "position": "position, in-process lpm"})))
 agreement.loc[burst_names]
@@ -894,13 +908,14 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 # and Python's sort is stable. As the burst arrives, `hrrn` orders by request id, so its order is
 # random; once the queue has waited, it too puts the reusing requests first, because their few
 # uncached tokens give them the highest ratio. The in-batch check (the table's last column) can
-# hold back only fresh prompts here, since the reusing requests find far more than its threshold
-# cached; it holds one back when it shares at least the threshold with an earlier fresh prompt,
-# which the line printed above the table compares.
+# move only fresh prompts to the back here, since the reusing requests find far more than its
+# threshold cached, and only under the three policies that read its set; a fresh prompt joins the
+# set when it shares at least the threshold with an earlier fresh prompt, which the line printed
+# above the table compares. Moved to the back, it can still be prefilled in the same step.
 #
 # The live `lpm` server agrees with the in-process run: each reusing request's cached tokens are
-# the prefix SGLang's `lpm` code matched for it. The finishing order need not follow the
-# in-process positions one by one: requests prefilled in the same step finish together.
+# the prefix SGLang's `lpm` code matched for it. The finish groups need not follow the in-process
+# positions one by one: requests prefilled in the same step finish together, in one group.
 #
 # From the orders follow predictions, not measurements. `dfs-weight` and `shortest-prefill-first`
 # chose, for the first round, an order that puts every reusing request first, as `lpm` did, so we
@@ -997,35 +1012,42 @@ print((on_off["TTFT ratio off/on"] > 1).all(), (on_off["cached tokens off (sum)"
 #
 # Each server ran a burst of `salted_requests` few-shot requests, sent at once, each generating
 # exactly `salted_output_tokens` tokens (`min_tokens` equal to `max_tokens`), twice, each time from
-# an emptied cache (`servelab/measure/prefix_salt.py`). With the cache on, one more request with
-# the same system prompt ran first, untimed, as on a server that has served that prompt before;
-# without it, SGLang under its default `fcfs` would prefill the burst's first step with no request
-# finding the prefix, since what a step computes enters its tree only after the step. With the
-# cache off, every request carried a salt of its own. Both runs decode the same number of tokens,
-# so they differ only in what they prefill. A run lasts from its first request sent to its last
-# answer.
+# an emptied cache (`servelab/measure/prefix_salt.py`). Before each burst, one more request with
+# the same system prompt and no salt ran first, untimed, as on a server that has served that prompt
+# before; without it, SGLang under its default `fcfs` would prefill the burst's first step with no
+# request finding the prefix, since what a step computes enters its tree only after the step. It
+# runs before the salted burst too, so that a salt the engine ignored would show as cached tokens.
+# With the cache off, every request of the burst carried a salt of its own. Both runs decode the
+# same number of tokens, and the salted burst, which holds the system prompt once per request, fits
+# each server's KV cache at once (printed below), so neither run waits for memory: they differ in
+# what they prefill. A run lasts from its first request sent to its last answer.
 
 # %%
-from servelab.measure.prefix_salt import ratios
+from servelab.measure.prefix_salt import kv_needed, ratios
 
 salted_runs = {"vLLM": vllm_salted, "SGLang": sglang_salted}
+salted_built = {"vLLM": vllm_built, "SGLang": sglang_built}
+salted_fit = {engine: (kv_needed(salted_runs[engine], salted_output_tokens, built["block_size"]), built["usable"])
+              for engine, built in salted_built.items()}
 salted_table = pd.concat(salted_runs, names=["engine", "cache"]).reset_index()
 results.save("prefix_on_off_throughput", salted_table, prof, workload="few_shot", requests=salted_requests,
-             output_tokens=salted_output_tokens, kv_tokens=kv_tokens)
+             output_tokens=salted_output_tokens, kv_tokens=kv_tokens, salted_kv_needed=salted_fit)
+for engine, (needed, usable) in salted_fit.items():
+    print(f"{engine}: the salted burst holds at most {needed} KV tokens at once (each request's prompt and output, "
+          f"in whole blocks (pages) of {salted_built[engine]['block_size']}); "
+          f"usable: {usable}.")
 throughput = ratios(salted_runs)
 throughput
 
 # %%
-ax = plots.axes("A burst of few-shot requests sent at once, prefix cache on and off", "",
-                "output tokens per second")
-engines = salted_table.engine.unique()
-for offset, cache, color, name in ((-0.2, "on", "tab:green", plots.label("cache on")),
-                                   (0.2, "off", "grey", plots.label("cache off (a salt each)"))):
-    rows = salted_table[salted_table.cache == cache].set_index("engine").loc[engines]
-    ax.bar_label(ax.bar(np.arange(len(engines)) + offset, rows["output tokens/s"], width=0.4, color=color,
-                        label=name), fmt="%.1f", fontsize=8)
-ax.set_xticks(np.arange(len(engines)), [plots.label(e) for e in engines])
+ax = plots.axes("Few-shot burst: each engine against itself", "", "requests/s, cache on / off")
+ax.bar_label(ax.bar(np.arange(len(throughput)), throughput["requests/s on/off"], width=0.5, color="tab:green"),
+             fmt="%.2f", fontsize=8)
+ax.axhline(1.0, color="grey", linestyle=":", label=plots.label("no change"))
+ax.set_xticks(np.arange(len(throughput)), [plots.label(e) for e in throughput.index])
+ax.set_ylim(bottom=0)
 ax.legend(fontsize=8)
+plt.tight_layout()
 plt.show()
 for engine, row in throughput.iterrows():
     print(f"{engine}: with the cache on the burst's requests found {row['cached tokens on']:.0f} prompt tokens "
@@ -1037,17 +1059,20 @@ for engine, row in throughput.iterrows():
 # %%
 # NBVAL_CHECK_OUTPUT
 print((throughput["cached tokens off"] == 0).all(), (throughput["cached tokens off (counter)"] == 0).all(),
-      (throughput["cached tokens on"] > 0).all(), (throughput["requests/s on/off"] > 1).all())
+      (throughput["cached tokens on"] > 0).all(), (throughput["requests/s on/off"] > 1).all(),
+      all(needed <= usable for needed, usable in salted_fit.values()))
 
 # %% [markdown]
 # With the cache on, every request of the burst found the system prompt cached and prefilled only
 # its question; with a salt each, neither the requests' reports nor the engine's counter show a
-# single cached token, in flight or before (the checks). The two ratios are equal, since every
-# request generated the same number of tokens. Each compares an engine with itself on this
-# machine, not the engines with each other: the larger the share of a request's time its prefill
-# takes, the larger the ratio, so with long answers it shrinks towards one. Both runs used the same
-# small KV budget; without salts the shared prefix is held once, so more of the burst can run at
-# once, which adds to the ratio where the budget is tight, as on the cpu profile.
+# single cached token, in flight or before, although an unsalted request with the same system
+# prompt ran just before them (the checks). The two ratios are equal, since every request
+# generated the same number of tokens; the plot shows each engine's ratio. Each compares an engine
+# with itself on this machine, not the engines with each other: the larger the share of a
+# request's time its prefill takes, the larger the ratio, so with long answers it shrinks towards
+# one. Both runs used the same small KV budget, and the salted burst fitted it (the last check), so
+# the ratio is the prefill saved and not a request left waiting for memory; a burst that did not
+# fit would queue salted requests, which would add to the ratio.
 
 # %% [markdown]
 # ## The verdict on the articles' advice
@@ -1078,8 +1103,10 @@ Markdown(quote_markdown("sglang_lmsys_5x"))
 # Larger batches from shared prefixes can be counted. Both engines hold a shared prefix once: vLLM's
 # blocks are reference-counted and a hit points a request at the same blocks, as SGLang's tree
 # points it at the same nodes. How many requests that share the few-shot system prompt can run at
-# once in this chapter's KV budget, on our two caches (each checked against its engine above),
-# with the prefix shared and with a prefix of the same length that every request holds alone:
+# once on our two caches (each checked against its engine above), with the prefix shared and with
+# a prefix of the same length that every request holds alone, both in the same number of KV tokens:
+# the smaller of the two servers' usable capacities (vLLM's budget loses one block to its null
+# block), so that only the granularity differs:
 
 # %%
 from servelab.measure.prefix_analysis import concurrent_fit
@@ -1087,15 +1114,17 @@ from servelab.measure.prefix_analysis import concurrent_fit
 few = tokens["few_shot"]
 system = next(i for i, (a, b) in enumerate(zip(few[0], few[1], strict=False)) if a != b)
 question = max(len(t) for t in few) - system
+capacity = min(vllm_built["usable"], sglang_built["usable"])
 fit = pd.DataFrame([{"cache": label, "prefix": "shared" if sharing else "one each",
                      "requests at once": concurrent_fit(few[0][:system], question, 64, cache=cache, capacity=capacity,
                                                         block_size=size, sharing=sharing)}
-                    for label, cache, capacity, size in (("vLLM blocks", "block", vllm_built["usable"],
-                                                          vllm_built["block_size"]),
-                                                         ("SGLang radix tree", "radix", sglang_built["usable"], 1))
+                    for label, cache, size in (("vLLM blocks", "block", vllm_built["block_size"]),
+                                               ("SGLang radix tree", "radix", 1))
                     for sharing in (True, False)])
-results.save("prefix_concurrent_fit", fit, prof, kv_tokens=kv_tokens, shared_tokens=system, question_tokens=question)
-print(f"Each request: {system} shared tokens and {question} of its own; prompts only, nothing decoded.")
+results.save("prefix_concurrent_fit", fit, prof, kv_tokens=kv_tokens, shared_tokens=system, question_tokens=question,
+             capacity=capacity)
+print(f"Each request: {system} shared tokens and {question} of its own; prompts only, nothing decoded. Both caches: "
+      f"{capacity} tokens (usable: vLLM {vllm_built['usable']}, SGLang {sglang_built['usable']}).")
 fit.pivot(index="cache", columns="prefix", values="requests at once")
 
 # %%
@@ -1135,7 +1164,10 @@ verdict
 #   request, so it matters when the new part of each request is short compared with a block. How
 #   large it is for this run's block size, and for another one, is printed below and in
 #   exercise 1; the block-size plot shows the whole curve. With a long shared prefix, as in
-#   few-shot prompting, both engines reuse almost all of it.
+#   few-shot prompting, both engines reuse almost all of it. In the agent tree run through
+#   SGLang's `fork`, the vLLM replay asked for one output token per request, so it cached none of
+#   the generated plan and steps that a real vLLM agent would cache in full blocks; part of that
+#   run's gap is the replay's, not the block size's.
 # - **Eviction.** When the working set does not fit, the unit of eviction decides what survives.
 #   In the loop, vLLM's tail-first freeing kept the beginnings of documents that SGLang's
 #   whole-leaf eviction dropped, so here the block cache found more.
@@ -1196,12 +1228,14 @@ print(f"A burst of {salted_requests} few-shot requests, requests per second with
 # %% [markdown]
 # ## Where to read the engines' code
 #
-# - vLLM: `v1/core/kv_cache_utils.py` (block hashes, `get_request_block_hasher`), `v1/core/block_pool.py`
+# - vLLM: `v1/core/kv_cache_utils.py` (block hashes, `get_request_block_hasher`),
+# `v1/core/block_pool.py`
 #   (the hash-to-block map, the free queue, eviction when a cached block is reused),
 #   `v1/core/kv_cache_manager.py` (`get_computed_blocks`: the lookup and its `num_tokens - 1` cap),
 #   `v1/core/single_type_kv_cache_manager.py` (`free`, tail first), `v1/core/sched/scheduler.py`
 #   (the counters are recorded when a request is admitted).
-# - SGLang: `srt/mem_cache/radix_cache.py` (the classic tree), `srt/mem_cache/unified_radix_cache.py`
+# - SGLang: `srt/mem_cache/radix_cache.py` (the classic tree),
+# `srt/mem_cache/unified_radix_cache.py`
 #   and `srt/mem_cache/registry.py` (what the server builds), `srt/managers/schedule_batch.py`
 #   (`_compute_max_prefix_len`: the same last-token cap), `srt/managers/schedule_policy.py` (the
 #   policies and their fallbacks).
@@ -1209,10 +1243,13 @@ print(f"A burst of {salted_requests} few-shot requests, requests per second with
 # ## Exercises
 #
 # 1. vLLM's default block is 16 tokens (`CacheConfig.DEFAULT_BLOCK_SIZE` in `vllm/config/cache.py`);
-#    the CPU platform raises it (`vllm/platforms/cpu.py`), and on a GPU it stays unless the attention
-#    backend prefers another size (`update_block_size_for_backend` in `vllm/platforms/interface.py`).
+#    the CPU platform raises it (`vllm/platforms/cpu.py`), and on a GPU it stays unless the
+# attention
+#    backend prefers another size (`update_block_size_for_backend` in
+# `vllm/platforms/interface.py`).
 #    Using the token ids of this run and our block cache, how much of the hit-rate gap to SGLang
-#    remains on each workload with another block size: 16 tokens, or 128 if this run already uses 16?
+#    remains on each workload with another block size: 16 tokens, or 128 if this run already uses
+# 16?
 # 2. What is the smallest KV budget at which the second round of the cycle workload finds as much
 #    as it would with an unlimited cache, for each engine's cache? Give it as the `kv_cache_tokens`
 #    a server would be started with.
@@ -1224,7 +1261,8 @@ print(f"A burst of {salted_requests} few-shot requests, requests per second with
 # `servelab/measure/prefix_analysis.py`).
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-# Solution 1: the measured gap at this run's block size, and the simulated one at another size (no eviction).
+# Solution 1: the measured gap at this run's block size, and the simulated one at another size (no
+# eviction).
 from servelab.measure.prefix_analysis import extra_prefill, gap_table, smallest_budget, vllm_budget_for
 
 gaps = gap_table(rates, tokens, vllm_built["block_size"], capacity=10 * kv_tokens)

@@ -40,6 +40,26 @@ def test_vllm_ranges_cache_answered_prompts_and_maybe_those_in_flight() -> None:
         af.block_ranges(prompts, timing[:2], block_size=4, capacity=64)
 
 
+def test_a_later_sent_sibling_scheduled_first_can_give_its_blocks_to_the_earlier_one() -> None:
+    from servelab.measure.frontend_cache import Request, timing
+
+    trunk = list(range(10))
+    prompts = [trunk + [20, 21, 22], trunk + [20, 21, 23]]  # share 12 tokens: three blocks of 4
+    earlier = Request(0, prompts[0], [], 12, 0, "length", 0.0, 2.0)
+    later = Request(0, prompts[1], [], 12, 0, "length", 0.1, 1.0)  # sent after, scheduled first
+    table = af.block_ranges(prompts, timing([earlier, later]), block_size=4, capacity=64)
+    assert table["low"].tolist() == [0, 0] and table["high"].tolist() == [12, 12]
+
+
+def test_a_fork_of_one_branch_is_refused_before_anything_is_sent() -> None:
+    from types import SimpleNamespace
+
+    texts = agent_fork_texts(0, branches=2, sub_branches=2)
+    texts["sub_branches"][1] = texts["sub_branches"][1][:1]
+    with pytest.raises(ValueError, match=r"every fork needs >= 2 branches .*got branch counts \[2, 2, 1\]"):
+        af.run_on_sglang(SimpleNamespace(engine="sglang"), texts, max_tokens=4)
+
+
 def test_a_run_is_saved_one_request_a_line(tmp_path) -> None:
     import json
 

@@ -91,7 +91,17 @@ def _timed(prompt: list[int], sent: float, answered: float, output: list[int] = 
 
 def test_timing_splits_answered_from_in_flight() -> None:
     reqs = [_timed([1], 0.0, 1.0), _timed([2], 1.5, 4.0), _timed([3], 2.0, 3.0), _timed([4], 3.5, 5.0)]
-    assert fc.timing(reqs) == [([], []), ([0], []), ([0], [1]), ([0, 2], [1])]
+    assert fc.timing(reqs) == [([], []), ([0], [2, 3]), ([0], [1]), ([0, 2], [1])]
+
+
+def test_a_sibling_sent_later_but_scheduled_first_counts_as_in_flight() -> None:
+    earlier = _timed([1, 2, 3, 4, 5, 6, 7, 8, 9], 0.0, 2.0)   # sent first, answered last
+    later = _timed([1, 2, 3, 4, 5, 6, 7, 8, 10], 0.1, 1.0)   # sent after it, scheduled and answered first
+    assert fc.timing([earlier, later]) == [([], [1]), ([], [0])]
+    table = fc.predict_timed([earlier, later], overlap=True)
+    assert table["low"].tolist() == [0, 0] and table["high"].tolist() == [8, 8]  # either may give the other 8
+    sequential = _timed([1, 2, 3, 4, 5, 6, 7, 8, 11], 2.5, 3.0)  # sent once both were answered: none flies
+    assert fc.timing([earlier, later, sequential])[2] == ([0, 1], [])
 
 
 def test_a_request_sent_after_its_branch_answered_finds_the_branch_output_though_another_flies() -> None:
@@ -100,8 +110,8 @@ def test_a_request_sent_after_its_branch_answered_finds_the_branch_output_though
     commit_a = _timed([1, 2, 3, 4, 5, 6, 7, 0], 2.5, 3.0)  # continues branch a, sent while branch b still runs
     table = fc.predict_timed([branch_a, branch_b, commit_a], overlap=True)
     # branch a finished by length, so its last token was never fed; branch b may or may not be cached: its own
-    # tokens share only the first three with the commit
-    assert table["low"].tolist() == [0, 0, 6] and table["high"].tolist() == [0, 3, 6]
+    # tokens share only the first three with the commit; the two branches, sent together, may give each other three
+    assert table["low"].tolist() == [0, 0, 6] and table["high"].tolist() == [3, 3, 6]
     grouped = fc.predict([fc.Request(0, r.prompt, r.output, r.limit, 0, r.finish) for r in (branch_a, branch_b)]
                          + [fc.Request(0, commit_a.prompt, [], commit_a.limit, 0)], overlap=True)
     assert grouped["high"].tolist()[2] == 4  # the group model misses the branch's generated tokens

@@ -22,7 +22,7 @@ import pytest
 from servelab.engines.server import Server
 from servelab.measure.kv_capacity import engine_capacity
 from servelab.measure.lineup import Lineup
-from servelab.measure.prefix_burst import common_prefix, pause, reuser_ceiling, run_burst
+from servelab.measure.prefix_burst import common_prefix, finish_groups, pause, reuser_ceiling, run_burst
 from servelab.measure.prefix_cache_live import (
     cache_options,
     chat_token_ids,
@@ -346,7 +346,7 @@ def test_run_burst_queues_the_burst_in_order_while_paused_then_resumes(engine_st
     assert frame.sent_rank.tolist() == [1, 2, 3, 4] and (frame.start_s < 0).all()  # all sent while paused
     assert (frame.end_s > 0).all()  # none finished before the resume
     assert frame.set_index("request").cached_tokens.to_dict() == {"new-0": 0, "new-1": 0, "reuse-0": 40, "reuse-1": 40}
-    assert sorted(frame.finished) == [1, 2, 3, 4]
+    assert sorted(frame.finished) == [1, 2, 3, 4] and frame.finish_group.min() == 1
 
 
 def test_run_burst_sends_sglang_the_burst_as_one_batched_request(engine_stand_in):
@@ -370,6 +370,16 @@ def test_pause_speaks_each_engines_endpoint(engine_stand_in):
     assert state["pauses"] == ["/pause_generation", "/continue_generation"]
     with pytest.raises(ValueError, match="unknown engine 'trt'.*vllm, sglang"):
         pause(SimpleNamespace(engine="trt", url=server.url))
+
+
+def test_requests_that_end_within_the_tolerance_share_a_finish_group():
+    import pandas as pd
+
+    ends = pd.Series([2.50, 1.00, 1.03, 2.52, 1.20], index=[10, 11, 12, 13, 14])  # index need not be positional
+    assert finish_groups(ends) == [3, 1, 1, 3, 2]
+    assert finish_groups(ends, tolerance_s=0.0) == [4, 1, 2, 5, 3] and finish_groups([]) == []
+    with pytest.raises(ValueError, match="tolerance_s must be >= 0, got -1"):
+        finish_groups(ends, tolerance_s=-1)
 
 
 def test_reuser_ceiling_is_whole_blocks_of_all_but_the_last_token():

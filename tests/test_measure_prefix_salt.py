@@ -40,6 +40,34 @@ def test_a_run_is_timed_from_its_first_request_sent_to_its_last_answer() -> None
     assert totals["cached tokens (requests)"] == 180 and totals["cached tokens (counter)"] == 180
 
 
+def test_the_salted_burst_needs_one_copy_of_its_prompt_per_request_in_whole_blocks() -> None:
+    table = pd.DataFrame({"requests": [2, 2], "largest prompt": [890, 890]}, index=["on", "off"])
+    assert ps.kv_needed(table, 4, 128) == 2 * 7 * 128  # 894 tokens: seven blocks of 128 each
+    assert ps.kv_needed(table, 4, 1) == 2 * 894
+    with pytest.raises(ValueError, match="need unit >= 1 and output_tokens >= 1; got 0 and 4"):
+        ps.kv_needed(table, 4, 0)
+
+
+def test_the_salted_run_sends_the_same_unsalted_warm_up_as_the_cached_one(monkeypatch) -> None:
+    sent = []
+
+    def load(server, prompts, **kw):
+        sent.append((prompts, kw.get("per_request")))
+        return pd.DataFrame({"start_s": [0.0] * len(prompts), "latency_s": [1.0] * len(prompts),
+                             "completion_tokens": [kw["max_tokens"]] * len(prompts),
+                             "prompt_tokens": [10] * len(prompts), "cached_tokens": [0] * len(prompts)})
+
+    monkeypatch.setattr(ps, "run_load", load)
+    monkeypatch.setattr(ps, "flush", lambda server: None)
+    monkeypatch.setattr(ps, "counters", lambda server: {"queries": 0.0, "hits": 0.0})
+    ps.on_off(object(), [{"role": "user", "content": "warm"}], [[{"role": "user", "content": "q"}]] * 2,
+              output_tokens=3)
+    warm_ups = [s for s in sent if s[0] == [[{"role": "user", "content": "warm"}]]]
+    assert len(warm_ups) == 2 and all(options is None for _, options in warm_ups)  # one per run, unsalted
+    bursts = [options for prompts, options in sent if len(prompts) == 2]
+    assert "cache_salt" not in bursts[0][0]["extra_body"] and "cache_salt" in bursts[1][0]["extra_body"]
+
+
 def test_ratios_compare_on_with_off_per_engine() -> None:
     def run(on_s: float, off_s: float, cached_on: int) -> pd.DataFrame:
         rows = {"on": {"requests/s": 3 / on_s, "output tokens/s": 12 / on_s, "cached tokens (requests)": cached_on,

@@ -161,5 +161,7 @@ def test_agent_fork_texts_carry_their_markers_and_depend_on_the_seed():
     assert [[t.split(". ")[0] for t in subs] for subs in texts["sub_branches"]][2] == ["Sub-branch 2.0",
                                                                                       "Sub-branch 2.1"]
     assert texts["task"].startswith("Task. ") and texts != pw.agent_fork_texts(1, branches=3, sub_branches=2)
-    with pytest.raises(ValueError, match="branches and sub_branches must be >= 1"):
+    with pytest.raises(ValueError, match="branches and sub_branches must be >= 2"):
         pw.agent_fork_texts(0, branches=0)
+    with pytest.raises(ValueError, match=r"must be >= 2 \(a fork of one commits nothing\), got 2 and 1"):
+        pw.agent_fork_texts(0, branches=2, sub_branches=1)

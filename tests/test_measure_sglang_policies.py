@@ -22,6 +22,8 @@ REPORT = {
          "error": None, "cause": None},
         {"case": "burst", "policy": "lpm", "active": "lpm", "order": ["reuse", "new"], "deprioritized": ["new"],
          "error": None, "cause": None},
+        {"case": "burst", "policy": "dfs-weight", "active": "dfs-weight", "order": ["reuse", "new"],
+         "deprioritized": ["new"], "error": None, "cause": None},
         {"case": "radix off", "policy": "spf", "active": None, "order": [], "deprioritized": [],
          "error": "Unknown schedule_policy", "cause": "requires prefix caching"},
     ],
@@ -30,7 +32,7 @@ REPORT = {
 
 def test_policy_frame_has_one_row_per_position_and_one_per_refusal():
     frame = policy_frame(REPORT)
-    assert len(frame) == 5
+    assert len(frame) == 7
     lpm = frame[(frame.case == "burst") & (frame.policy == "lpm")]
     assert lpm.request.tolist() == ["reuse", "new"] and lpm.position.tolist() == [1, 2]
     assert lpm.matched.tolist() == [600, 3] and lpm.deprioritized.tolist() == [False, True]
@@ -42,7 +44,7 @@ def test_policy_frame_has_one_row_per_position_and_one_per_refusal():
 
 def test_order_table_lays_out_policies_by_position():
     table = order_table(policy_frame(REPORT), "burst")
-    assert table.index.tolist() == ["fcfs", "lpm"]
+    assert table.index.tolist() == ["fcfs", "lpm", "dfs-weight"]
     assert table.loc["lpm", 1] == "reuse" and table.loc["fcfs", 2] == "reuse"
     assert table.loc["lpm", "sorted_by"] == "lpm"
     off = order_table(policy_frame(REPORT), "radix off")
@@ -55,6 +57,8 @@ def test_policy_summary_says_who_kept_the_order_and_who_put_the_group_first():
     summary = policy_summary(policy_frame(REPORT), ["reuse"], "reusers first")
     assert summary.loc[("burst", "fcfs")].tolist() == ["fcfs", True, False, "-", "-"]
     assert summary.loc[("burst", "lpm")].tolist() == ["lpm", False, True, "new", "-"]
+    # dfs-weight computes the in-batch set but sorts without it: nobody is moved to the back
+    assert summary.loc[("burst", "dfs-weight"), "moved to the back"] == "-"
     refused = summary.loc[("radix off", "spf")]
     assert refused["arrival order kept"] is None and refused["refused"] == (
         "Unknown schedule_policy (first raised: requires prefix caching)")

@@ -58,7 +58,11 @@ def label(text: str, commit: bool, branches: int, sub_branches: int) -> str:
 
 
 def run_on_sglang(server: Server, texts: dict[str, Any], *, max_tokens: int) -> ForkRun:
-    """Empty SGLang's cache and run the agent tree (``prefix_workloads.agent_fork_texts``) with ``fork``."""
+    """Empty SGLang's cache and run the agent tree (``prefix_workloads.agent_fork_texts``) with ``fork``.
+    Every fork needs at least two branches: ``fork`` commits the text so far only when ``size > 1``."""
+    sizes = [len(texts["branches"]), *(len(subs) for subs in texts["sub_branches"])]
+    if min(sizes) < 2:
+        raise ValueError(f"every fork needs >= 2 branches (a fork of one commits nothing); got branch counts {sizes}")
     if server.engine != "sglang":
         raise ValueError(f"the frontend needs an SGLang server; got {server.engine!r}")
     flush(server)

@@ -31,7 +31,7 @@ generated tokens (which members that branch off after a shared prompt do not rea
 cache is assumed large enough that nothing is evicted; `predict` checks that against a `capacity`
 when given one. `predict_timed` (chapter 03's agent tree) draws the same range from each request's own
 send and answer times: a request sent after another was answered finds it whole, even while a third is
-still in flight.
+still in flight, and `high` counts every request in flight with it, sent before or after it.
 """
 
 from __future__ import annotations
@@ -165,21 +165,26 @@ def predict(reqs: Sequence[Request], page_size: int = 1, *, overlap: bool, capac
 
 
 def timing(reqs: Sequence[Request]) -> list[tuple[list[int], list[int]]]:
-    """Per request (in the order sent): the requests answered before it was sent (``done``), and those sent
-    before it and still in flight then (``flying``), as indices. An answered request's tokens are in the
-    tree (SGLang answers after it has cached a finished request); a flying one's may or may not be."""
+    """Per request (in the order sent): the requests answered before it was sent (``done``), and every other
+    request whose lifetime overlaps its own (``flying``: sent before it was answered, answered after it was
+    sent), as indices. An answered request's tokens are in the tree (SGLang answers after it has cached a
+    finished request); a flying one's may or may not be, whether it was sent before or after: a sibling sent
+    later can be scheduled first, and an engine that caches blocks when it schedules them (vLLM) can then
+    give its prefix to the one sent earlier."""
     out = []
     for i, r in enumerate(reqs):
         done = [j for j, q in enumerate(reqs) if j != i and q.answered_s <= r.sent_s]
-        out.append((done, [j for j in range(i) if j not in done]))
+        out.append((done, [j for j, q in enumerate(reqs)
+                           if j != i and j not in done and q.sent_s < r.answered_s]))
     return out
 
 
 def predict_timed(reqs: Sequence[Request], page_size: int = 1, *, overlap: bool, capacity: int | None = None
                   ) -> pd.DataFrame:
     """Like ``predict``, from each request's own send and answer times instead of groups: ``low``, the tree
-    holding what was answered before it was sent; ``high``, also every request in flight then, generated
-    tokens included (an upper bound). Requests listed in the order sent."""
+    holding what was answered before it was sent; ``high``, also every request in flight with it, sent
+    before or after it (``timing``), generated tokens included (an upper bound). Requests listed in the
+    order sent."""
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1, got {page_size!r}")
 

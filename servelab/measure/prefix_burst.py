@@ -101,7 +101,9 @@ def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names
     scheduler sees any of them: to vLLM one request after another, ``stagger_s`` apart; to SGLang as one
     batched request (see the module's docstring). It resumes ``settle_s`` after the last one. One row per
     burst request: times from the resume (``start_s`` negative: sent while paused), ``finished`` (its
-    rank by the end of its response, from 1), and ``sent_rank`` (by send time; a batch's in list order).
+    rank by the end of its response, from 1), ``finish_group`` (:func:`finish_groups`: requests that
+    ended together, as in one engine step, share a number) and ``sent_rank`` (by send time; a batch's in
+    list order).
     """
     flush(server)
     send(server, [warm], ["warm-up"])
@@ -116,8 +118,26 @@ def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names
             rows, resumed = pool.submit(asyncio.run, coro).result()
     frame = pd.DataFrame(rows)
     frame[["start_s", "end_s"]] -= resumed
-    return frame.assign(finished=frame.end_s.rank(method="first").astype(int),
+    return frame.assign(finished=frame.end_s.rank(method="first").astype(int), finish_group=finish_groups(frame.end_s),
                         sent_rank=frame.start_s.rank(method="first").astype(int))
+
+
+FINISH_TOLERANCE_S = 0.05  # requests that end this close together finished in the same group (engine step)
+
+
+def finish_groups(end_s: Sequence[float], tolerance_s: float = FINISH_TOLERANCE_S) -> list[int]:
+    """Per request, its group among the requests that finished together, from 1 in time order: sorted by
+    end time, a new group starts where an end is more than ``tolerance_s`` after the one before. A rank
+    among requests that finished in the same engine step would only order their streams' last chunks."""
+    if tolerance_s < 0:
+        raise ValueError(f"tolerance_s must be >= 0, got {tolerance_s}")
+    ends = [float(e) for e in end_s]
+    groups, group, previous = [0] * len(ends), 0, None
+    for i in sorted(range(len(ends)), key=ends.__getitem__):
+        if previous is None or ends[i] - previous > tolerance_s:
+            group += 1
+        groups[i], previous = group, ends[i]
+    return groups
 
 
 def reuser_ceiling(shared_tokens: int, prompt_tokens: int, block_size: int) -> int:

@@ -7,11 +7,13 @@ SGLang's ``cache_salt``, part of every child key of its radix tree, ``RadixKey``
 nothing with any other, cached or in flight. So the same prompts sent at once, once without salts
 (cache on) and once with a salt each (cache off), compare caching on and off on the same server.
 
-Each run empties the cache first. The cache-on run then sends one more request with the shared prefix,
-untimed, so that the burst finds it cached, as it would on a server that has served that prompt before
-(SGLang under its default ``fcfs`` does not share a prefix among requests prefilled in the same step).
-Every request generates exactly ``output_tokens`` tokens (``min_tokens`` = ``max_tokens``), so the runs do
-the same decoding work and differ only in what they prefill.
+Each run empties the cache first and then sends one more request with the shared prefix, unsalted and
+untimed, so that the burst can find it cached, as it would on a server that has served that prompt before
+(SGLang under its default ``fcfs`` does not share a prefix among requests prefilled in the same step). The
+cache-off run sends it too: were a salt ignored, its requests would find the prefix (the check of zero
+cached tokens can fail). Every request generates exactly ``output_tokens`` tokens (``min_tokens`` =
+``max_tokens``), so the runs do the same decoding work. :func:`kv_needed` says whether the salted burst,
+which holds one copy of the prefix per request, fits the KV cache at once.
 """
 
 from __future__ import annotations
@@ -55,17 +57,17 @@ def summarize(frame: pd.DataFrame, counted: dict[str, float]) -> dict[str, float
     return {"requests": len(frame), "seconds": seconds, "requests/s": len(frame) / seconds,
             "output tokens": int(frame.completion_tokens.sum()),
             "output tokens/s": float(frame.completion_tokens.sum()) / seconds,
-            "prompt tokens": int(frame.prompt_tokens.sum()),
+            "prompt tokens": int(frame.prompt_tokens.sum()), "largest prompt": int(frame.prompt_tokens.max()),
             "cached tokens (requests)": int(frame.cached_tokens.sum()),
             "prompt tokens (counter)": int(counted["queries"]), "cached tokens (counter)": int(counted["hits"])}
 
 
 def burst(server: Server, warm: Sequence[Message], prompts: Sequence[Sequence[Message]], *, output_tokens: int,
           salted: bool) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Empty the cache, then (cache on) send ``warm`` alone, then every prompt at once; rows and totals."""
+    """Empty the cache, send ``warm`` alone (unsalted), then every prompt at once (``salted``: a salt each);
+    rows and totals."""
     flush(server)
-    if not salted:
-        run_load(server, [list(warm)], max_tokens=1, progress=False)
+    run_load(server, [list(warm)], max_tokens=1, progress=False)
     options = request_options(len(prompts), output_tokens, unique_salts(len(prompts), "off") if salted else None)
     before = counters(server)
     frame = run_load(server, [list(p) for p in prompts], concurrency=len(prompts), max_tokens=output_tokens,
@@ -84,6 +86,17 @@ def on_off(server: Server, warm: Sequence[Message], prompts: Sequence[Sequence[M
     for cache, salted in (("on", False), ("off", True)):
         rows[cache] = burst(server, warm, prompts, output_tokens=output_tokens, salted=salted)[1]
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("cache")
+
+
+def kv_needed(table: pd.DataFrame, output_tokens: int, unit: int) -> int:
+    """KV tokens the salted burst of an ``on_off`` table holds at most when all its requests run at once: per
+    request its largest prompt plus ``output_tokens``, in whole blocks (pages) of ``unit`` tokens, none
+    shared. An upper bound: the last generated token is never written to the cache."""
+    if unit < 1 or output_tokens < 1:
+        raise ValueError(f"need unit >= 1 and output_tokens >= 1; got {unit} and {output_tokens}")
+    off = table.loc["off"]
+    per_request = -(-(int(off["largest prompt"]) + output_tokens) // unit) * unit
+    return int(off["requests"]) * per_request
 
 
 def ratios(runs: dict[str, pd.DataFrame]) -> pd.DataFrame:

@@ -116,9 +116,12 @@ def agent_fork_texts(seed: int = 0, branches: int = 2, sub_branches: int = 2, ro
                      step_words: int = 50) -> dict[str, object]:
     """The texts of chapter 03's agent tree run with SGLang's frontend ``fork`` (``sgl_agent_tree.py``): a system
     prompt and a task (``root_words`` together), one prompt per branch and ``sub_branches`` per branch, each
-    starting with its marker ("Branch 1.", "Sub-branch 1.0."), so that a request's text names its place."""
-    if branches < 1 or sub_branches < 1:
-        raise ValueError(f"branches and sub_branches must be >= 1, got {branches} and {sub_branches}")
+    starting with its marker ("Branch 1.", "Sub-branch 1.0."), so that a request's text names its place. Both
+    counts must be at least 2: SGLang's ``fork`` commits the text so far only when ``size > 1``
+    (``StreamExecutor.fork`` in ``sglang/lang/interpreter.py``)."""
+    if branches < 2 or sub_branches < 2:
+        raise ValueError(f"branches and sub_branches must be >= 2 (a fork of one commits nothing), "
+                         f"got {branches} and {sub_branches}")
     return {"system": _text(seed, "af-sys", root_words // 2),
             "task": "Task. " + _text(seed, "af-task", root_words // 2),
             "branches": [f"Branch {b}. " + _text(seed, f"af-b-{b}", step_words) for b in range(branches)],

@@ -25,6 +25,10 @@ from servelab.machine import engine_envs
 from servelab.machine.profiles import Profile
 
 CASES = ("burst", "padded", "radix off")
+# The policies that sort the in-batch check's requests to the back of the queue (``_sort_by_longest_prefix``,
+# ``_sort_by_hrrn``, ``_sort_by_shortest_prefill`` in ``schedule_policy.py``); ``dfs-weight`` computes the set
+# and ignores it, and nothing else reads it: ``PrefillAdder`` may still admit those requests in the same round.
+TO_THE_BACK = ("lpm", "hrrn", "shortest-prefill-first")
 
 
 def start_policy_orders(profile: Profile) -> engine_envs.StartedScript:
@@ -64,7 +68,7 @@ def sglang_policy_orders(profile: Profile, warm: Sequence[int], prompts: Sequenc
 def policy_frame(report: dict[str, Any]) -> pd.DataFrame:
     """The script's answer as rows: ``case``, ``policy``, ``active`` (the policy that sorted, after
     SGLang's fallbacks), ``position`` (from 1), ``request``, ``matched`` (its cached prefix, tokens),
-    ``deprioritized`` (held back by the in-batch prefix check), and for a policy SGLang refused one row
+    ``deprioritized`` (in the set SGLang's in-batch prefix check returned), and for a policy SGLang refused one row
     without a position: ``error`` (the message) and ``cause`` (the first exception in its chain). The
     rest of the report (version, tree class, constants, skipped policies, times) is in ``attrs``."""
     matched = report["matched"]
@@ -86,8 +90,8 @@ def policy_frame(report: dict[str, Any]) -> pd.DataFrame:
 
 def policy_summary(frame: pd.DataFrame, group: Sequence[str], label: str = "group first") -> pd.DataFrame:
     """Per (case, policy): the policy that sorted, whether the arrival order was kept, whether every
-    request of ``group`` came first (column ``label``), who the in-batch check held back, and why a
-    refused policy was refused."""
+    request of ``group`` came first (column ``label``), whom the in-batch check moved to the back of the
+    queue (only under the policies of ``TO_THE_BACK``), and why a refused policy was refused."""
     arrival = list(frame.attrs["names"])
     rows = []
     for (case, policy), runs in frame.groupby(["case", "policy"], sort=False):
@@ -96,7 +100,8 @@ def policy_summary(frame: pd.DataFrame, group: Sequence[str], label: str = "grou
         rows.append({"case": case, "policy": policy, "sorted by": runs.active.iloc[0],
                      "arrival order kept": None if refused else order == arrival,
                      label: None if refused else ahead(order, group),
-                     "held back": ", ".join(runs.request[runs.deprioritized.eq(True)]) or "-",
+                     "moved to the back": (", ".join(runs.request[runs.deprioritized.eq(True)]) or "-")
+                     if runs.active.iloc[0] in TO_THE_BACK else "-",
                      "refused": f"{runs.error.iloc[0]} (first raised: {runs.cause.iloc[0]})" if refused else "-"})
     return pd.DataFrame(rows).set_index(["case", "policy"])
 
