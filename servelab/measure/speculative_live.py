@@ -14,7 +14,7 @@ histograms), so the HTTP round trip does not enter:
   a speculative server, the spec-decode counters of that answer.
 * :func:`sweep`: repeated waves of b requests at once (b = 1, 2, 4, ...), each forced to the same
   length, and the median over the waves of the mean decode rate per request, with whether the
-  engine had to queue or preempt any of them; :func:`batch_costs` prices a verification at b.
+  engine had to queue or preempt any of them (``speculative_load.py`` prices and judges it).
 
 Drafts cut from the model (:func:`draft_source`) and, without starting an engine, how every depth
 of cut would have fared on the answers the engine gave (:func:`depth_sweep`): one transformers pass
@@ -27,7 +27,7 @@ end of an answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +126,8 @@ def answer_tasks(server: Endpoint, tasks: Mapping[str, str], max_tokens: int, *,
     """Each task's greedy answer, one request at a time, timed and counted by the engine.
 
     With ``repeats`` > 1 every task is answered that many times in a row and its decode rate is the
-    median of the repeats (greedy: the same tokens each time); answers and counters are the first's.
+    median of the repeats (greedy: the same tokens each time), and their spread (slowest / fastest
+    repeat; 1 with one repeat) measures the timing noise; answers and counters are the first's.
     """
     rows, answers, prompts, generated, per_task = [], [], [], [], []
     for name, prompt in tasks.items():
@@ -146,7 +147,8 @@ def answer_tasks(server: Endpoint, tasks: Mapping[str, str], max_tokens: int, *,
             again_seconds, _ = decode_seconds(again, scrape(server.url))
             rates.append((len(ids) - 1) / again_seconds if again_seconds > 0 else np.nan)
         rows.append({"task": name, "tokens": len(ids), "decode tokens/s": float(np.nanmedian(rates)),
-                     "repeats": len(rates), **accepted(before, after)})
+                     "repeats": len(rates), "slowest / fastest repeat": float(np.nanmax(rates) / np.nanmin(rates)),
+                     **accepted(before, after)})
         answers.append(answer_from_choice(choice))
         prompts.append(list(response.get("prompt_token_ids") or []))
         generated.append(ids)
@@ -217,37 +219,6 @@ def sweep(server: Endpoint, prompts: Sequence[str], concurrency: Sequence[int], 
                      "slowest / fastest wave": max(rates) / min(rates), **accepted(first, last),
                      **_queueing(first, last)})
     return pd.DataFrame(rows)
-
-
-def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float]) -> tuple[float, float]:
-    """(draft step, verification) with ``b`` requests decoding together, in plain steps over b tokens,
-    to give :func:`predicted_speedup` (per request) as its c and ``verify_cost``.
-
-    A plain step is a pass over b tokens, v(b); a verification one over b (k + 1). A draft model's k
-    passes cost c times the target's over as many tokens: the first covers the b (k + 1) verified
-    tokens plus one slot per request, b (k + 2) (vLLM's ``draft_model`` re-reads what the target
-    verified: ``set_inputs_first_pass`` in ``vllm/v1/spec_decode/llm_base_proposer.py``), the k - 1
-    others b tokens each. ``verify_cost`` is v(n), a pass over n tokens in any unit.
-    """
-    k, b = int_at_least("k", k, 1), int_at_least("b", b, 1)
-    if c < 0:
-        raise ValueError(f"c must be >= 0 (a draft step in target steps), got {c}")
-    step = verify_cost(b)
-    return c * (verify_cost(b * (k + 2)) / step + k - 1) / k, verify_cost(b * (k + 1)) / step
-
-
-def first_slowdown(speedup: Mapping[int, float]) -> int | None:
-    """The smallest concurrency whose speedup is below 1 (None: none is)."""
-    slower = [b for b, s in speedup.items() if s < 1]
-    return min(slower) if slower else None
-
-
-def sweep_blocks(prompt_tokens: int, max_tokens: int, k: int, block_size: int, requests: int) -> int:
-    """KV blocks a wave of ``requests`` requests holds at its end, each with its prompt, ``max_tokens``
-    and k draft slots, no block shared (an upper bound: identical prompts share their full blocks)."""
-    tokens = sum(int_at_least(n, v, 1) for n, v in (("prompt_tokens", prompt_tokens), ("max_tokens", max_tokens)))
-    per_request = -(-(tokens + int_at_least("k", k, 0)) // int_at_least("block_size", block_size, 1))
-    return int_at_least("requests", requests, 1) * per_request
 
 
 # ----------------------------------------------------------------------------- drafts of every depth, offline

@@ -1,0 +1,133 @@
+"""Chapter 05's concurrency sweep, priced and judged: what a verification costs with b requests in
+flight, how far the measurement lies from that price, which differences are noise, and the KV blocks
+a wave holds.
+
+The sweep itself (waves of b identical requests, timed by the engine) is
+:func:`servelab.measure.speculative_live.sweep`; everything here is arithmetic on what it and the
+forward-cost measurement returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from servelab.integers import int_at_least
+
+WITHIN_NOISE = "≈1 (within noise)"
+
+
+def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float]) -> tuple[float, float]:
+    """(draft step, verification) with ``b`` requests decoding together, in plain steps over b tokens,
+    to give :func:`~servelab.measure.speculative_live.predicted_speedup` (per request) as its c and
+    ``verify_cost``.
+
+    A plain step is a pass over b tokens, v(b); a verification one over b (k + 1). A draft model's k
+    passes cost c times the target's over as many tokens: the first covers the b (k + 1) verified
+    tokens plus one slot per request, b (k + 2) (vLLM's ``draft_model`` re-reads what the target
+    verified: ``set_inputs_first_pass`` in ``vllm/v1/spec_decode/llm_base_proposer.py``), the k - 1
+    others b tokens each. ``verify_cost`` is v(n), a pass over n tokens in any unit.
+    """
+    k, b = int_at_least("k", k, 1), int_at_least("b", b, 1)
+    if c < 0:
+        raise ValueError(f"c must be >= 0 (a draft step in target steps), got {c}")
+    step = verify_cost(b)
+    return c * (verify_cost(b * (k + 2)) / step + k - 1) / k, verify_cost(b * (k + 1)) / step
+
+
+def noise_margin(repeat_spreads: Sequence[float], null_ratios: Sequence[float]) -> float:
+    """How far from 1 a speedup measured once can fall by timing noise alone: the largest of the
+    ``repeat_spreads`` (slowest / fastest of repeated timings of the same request on the same server,
+    minus 1) and of ``null_ratios`` (speedups measured where the prediction says what to expect,
+    measured / predicted) off 1. Both are ratios that would be exactly 1 without noise."""
+    spreads = [float(s) for s in repeat_spreads if np.isfinite(s)]
+    nulls = [float(r) for r in null_ratios if np.isfinite(r)]
+    if not spreads and not nulls:
+        raise ValueError("noise_margin needs at least one finite spread or ratio, got none")
+    if any(s < 1 for s in spreads) or any(r <= 0 for r in nulls):
+        raise ValueError(f"spreads must be >= 1 and ratios > 0, got {spreads} and {nulls}")
+    return max([s - 1 for s in spreads] + [abs(r - 1) for r in nulls])
+
+
+def against_one(speedup: float, margin: float) -> str:
+    """"slower" or "faster" where ``speedup`` is off 1 by more than ``margin``, else :data:`WITHIN_NOISE`."""
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    return "slower" if speedup < 1 - margin else "faster" if speedup > 1 + margin else WITHIN_NOISE
+
+
+def first_slowdown(speedup: Mapping[int, float], margin: float = 0.0) -> int | None:
+    """The smallest concurrency whose speedup is below 1 by more than ``margin`` (None: none is)."""
+    slower = [b for b, s in speedup.items() if against_one(s, margin) == "slower"]
+    return min(slower) if slower else None
+
+
+def trend_test(predicted_change: float) -> str:
+    """Which test a method's measured sweep must pass, from its predicted speedup at the largest b over
+    that at the smallest: "falls" (below 0.8), "flat" (within 10% of 1), "rises" (above 1.2), or
+    "none" in the dead zones between, where the prediction is too weak to test anything."""
+    if not predicted_change > 0:
+        raise ValueError(f"predicted_change must be a positive ratio, got {predicted_change}")
+    if predicted_change < 0.8:
+        return "falls"
+    if abs(predicted_change - 1) < 0.1:
+        return "flat"
+    return "rises" if predicted_change > 1.2 else "none"
+
+
+def trend_holds(test: str, measured_change: float) -> bool | None:
+    """Whether the measured change (largest b over smallest) passes :func:`trend_test`'s test: a
+    predicted fall by over 20% needs a measured fall by over 10%, a flat prediction a measured
+    change under 20%, a predicted rise by over 20% a measured rise by over 10%. None: no test."""
+    checks = {"falls": measured_change < 0.9, "flat": abs(measured_change - 1) < 0.2,
+              "rises": measured_change > 1.1, "none": None}
+    if test not in checks:
+        raise ValueError(f"unknown trend test {test!r}; accepted: {', '.join(checks)}")
+    return checks[test]
+
+
+def steps_gap(tokens: float, drafts: float, speedup: float, predicted: float) -> float:
+    """Measured minus predicted decode time of one answer of ``tokens`` tokens, in plain steps per
+    verification: (tokens - 1) / speedup plain steps were measured, (tokens - 1) / predicted predicted."""
+    if drafts <= 0 or speedup <= 0 or predicted <= 0 or tokens <= 1:
+        raise ValueError(f"need tokens > 1 and positive drafts and speedups, got {tokens}, {drafts}, "
+                         f"{speedup}, {predicted}")
+    return (tokens - 1) * (1 / speedup - 1 / predicted) / drafts
+
+
+def logits_gap(b: int, k: int, verify_s: float, step_s: float, row_s: float) -> float:
+    """What the forward-cost proxy leaves out of a verification, in plain steps: the proxy's passes
+    compute logits at one position, while a verification of b requests computes them at b (k + 1)
+    and a plain step at b. With ``row_s`` the seconds of one position's logits, this is the
+    verification / plain step ratio with those rows added to the proxy's ``verify_s`` and ``step_s``
+    minus the ratio without them."""
+    b, k = int_at_least("b", b, 1), int_at_least("k", k, 1)
+    if min(verify_s, step_s) <= 0 or row_s < 0:
+        raise ValueError(f"need positive pass times and a row time >= 0, got {verify_s}, {step_s}, {row_s}")
+    return (verify_s + (b * (k + 1) - 1) * row_s) / (step_s + (b - 1) * row_s) - verify_s / step_s
+
+
+def reserved_slots(speculative_config: Mapping | None, k: int) -> int:
+    """KV slots vLLM reserves per request beyond its tokens: the k drafted tokens each verification
+    scores, and for a draft model (``draft_model``, EAGLE) k more lookahead slots for the draft's own
+    passes (``num_lookahead_tokens`` in ``vllm/config/vllm.py``, added in ``allocate_slots`` of
+    ``vllm/v1/core/kv_cache_manager.py``). 0 without speculation."""
+    if not speculative_config:
+        return 0
+    k = int_at_least("k", k, 1)
+    method = speculative_config.get("method")
+    if method == "ngram":
+        return k
+    if method in ("draft_model", "eagle", "eagle3"):
+        return 2 * k
+    raise ValueError(f"unknown speculative method {method!r}; accepted: ngram, draft_model, eagle, eagle3")
+
+
+def sweep_blocks(prompt_tokens: int, max_tokens: int, slots: int, block_size: int, requests: int) -> int:
+    """KV blocks a wave of ``requests`` requests holds at its end, each with its prompt, ``max_tokens``
+    and ``slots`` reserved slots (:func:`reserved_slots`), no block shared (an upper bound:
+    identical prompts share their full blocks)."""
+    tokens = sum(int_at_least(n, v, 1) for n, v in (("prompt_tokens", prompt_tokens), ("max_tokens", max_tokens)))
+    per_request = -(-(tokens + int_at_least("slots", slots, 0)) // int_at_least("block_size", block_size, 1))
+    return int_at_least("requests", requests, 1) * per_request

@@ -1,0 +1,103 @@
+"""Chapter 05's concurrency sweep priced and judged: batch costs, the noise margin, the verdict
+against 1, the gap in plain steps, and the KV blocks a wave holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.measure import speculative_live as live
+from servelab.measure import speculative_load as load
+
+
+def test_batch_costs_price_a_verification_and_the_drafts_passes_at_b():
+    def flat(n):  # every pass costs one step: the papers' case
+        return 1.0
+
+    def linear(n):  # a pass costs its tokens
+        return float(n)
+
+    assert load.batch_costs(4, 0.3, 16, flat) == pytest.approx((0.3, 1.0))
+    # b = 8, k = 2: plain 8 tokens; verification 24; draft c (32 + 8) over k plain steps
+    assert load.batch_costs(2, 0.5, 8, linear) == pytest.approx((0.5 * 40 / (2 * 8), 3.0))
+    cost = {n: 1.0 + max(0, n - 8) / 8 for n in range(1, 200)}  # flat up to 8 tokens, then a climb
+    gains = []
+    for b in (1, 2, 4, 8, 16):  # 1000 verifications of 4 tokens each, one step per token without speculation
+        c_b, v_b = load.batch_costs(4, 0.0, b, cost.__getitem__)
+        gains.append(live.predicted_speedup(4001, 1000, 3000, 4, c_b, v_b))
+    # 5 tokens still flat at b = 1; where both passes climb, a verification costs k + 1 = 5 plain steps
+    assert gains == pytest.approx([4.0, 3.2, 1.6, 0.8, 0.8])
+    dip = {1: 1.0, 4: 0.8, 5: 0.9, 6: 0.95}.__getitem__  # a pass over a few tokens faster than over one
+    assert load.batch_costs(4, 1.0, 1, dip)[1] == pytest.approx(0.9)  # the raw curve: a verification below 1
+    with pytest.raises(ValueError, match="c must be"):
+        load.batch_costs(4, -0.1, 1, flat)
+    with pytest.raises(ValueError, match="b"):
+        load.batch_costs(4, 0.0, 0, flat)
+
+
+def test_noise_margin_and_the_verdict_against_one():
+    assert load.noise_margin([1.02, 1.04], [0.94, 1.01]) == pytest.approx(0.06)
+    assert load.noise_margin([1.08], [1.03]) == pytest.approx(0.08)
+    assert load.noise_margin([float("nan")], [1.05]) == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="at least one"):
+        load.noise_margin([], [float("nan")])
+    with pytest.raises(ValueError, match="spreads must be"):
+        load.noise_margin([0.9], [])
+    assert [load.against_one(s, 0.05) for s in (0.94, 0.97, 1.0, 1.04, 1.06)] == [
+        "slower", load.WITHIN_NOISE, load.WITHIN_NOISE, load.WITHIN_NOISE, "faster"]
+    with pytest.raises(ValueError, match="margin"):
+        load.against_one(1.0, -0.1)
+
+
+def test_first_slowdown_beyond_the_noise():
+    assert load.first_slowdown({1: 1.5, 2: 1.1, 4: 0.9, 8: 1.01, 16: 0.7}) == 4
+    assert load.first_slowdown({1: 0.4, 16: 0.2}) == 1 and load.first_slowdown({1: 2.0, 16: 1.0}) is None
+    # 0.97 at b = 1 is within a 6% margin: the first slowdown beyond it is at b = 4
+    assert load.first_slowdown({1: 0.97, 2: 0.95, 4: 0.65}, margin=0.06) == 4
+    assert load.first_slowdown({1: 0.97, 2: 0.99}, margin=0.06) is None
+    assert load.first_slowdown({1: 0.97, 2: 0.99}) == 1
+
+
+def test_the_trend_test_is_two_sided_with_dead_zones():
+    assert [load.trend_test(r) for r in (0.5, 0.85, 0.95, 1.05, 1.15, 1.3)] == [
+        "falls", "none", "flat", "flat", "none", "rises"]
+    assert load.trend_holds("falls", 0.6) and not load.trend_holds("falls", 0.95)
+    assert load.trend_holds("flat", 0.85) and not load.trend_holds("flat", 0.7)  # a flat prediction can fail
+    assert load.trend_holds("rises", 1.3) and not load.trend_holds("rises", 1.0)
+    assert load.trend_holds("none", 0.1) is None
+    with pytest.raises(ValueError, match="unknown trend test 'up'"):
+        load.trend_holds("up", 1.0)
+    with pytest.raises(ValueError, match="positive ratio"):
+        load.trend_test(float("nan"))
+
+
+def test_steps_gap_per_verification():
+    # 25 decode steps, 5 verifications: predicted 1.25x (20 steps), measured 1.0x (25 steps): 1 step each
+    assert load.steps_gap(26, 5, 1.0, 1.25) == pytest.approx(1.0)
+    assert load.steps_gap(26, 5, 1.25, 1.0) == pytest.approx(-1.0)
+    assert load.steps_gap(26, 5, 0.8, 0.8) == 0
+    with pytest.raises(ValueError, match="positive drafts"):
+        load.steps_gap(26, 0, 1.0, 1.0)
+
+
+def test_logits_the_proxy_leaves_out():
+    assert load.logits_gap(1, 4, 1.0, 1.0, 0.0) == 0  # no cost per row: nothing left out
+    # b = 1, k = 4: the verification gains 4 rows, the plain step none: 4 rows of 0.01 in a 1-second step
+    assert load.logits_gap(1, 4, 1.0, 1.0, 0.01) == pytest.approx(0.04)
+    # b = 16: 79 rows on a 3-second verification, 15 on a 1-second step
+    assert load.logits_gap(16, 4, 3.0, 1.0, 0.01) == pytest.approx(3.79 / 1.15 - 3.0)
+    with pytest.raises(ValueError, match="positive pass times"):
+        load.logits_gap(16, 4, 0.0, 1.0, 0.01)
+
+
+def test_reserved_slots_and_the_blocks_a_wave_holds():
+    assert load.reserved_slots(None, 4) == 0 and load.reserved_slots({}, 4) == 0
+    assert load.reserved_slots({"method": "ngram", "num_speculative_tokens": 4}, 4) == 4
+    assert load.reserved_slots({"method": "draft_model", "model": "m"}, 4) == 8  # k drafted + k lookahead
+    with pytest.raises(ValueError, match="unknown speculative method 'medusa'"):
+        load.reserved_slots({"method": "medusa"}, 4)
+    assert load.sweep_blocks(112, 32, 4, 128, 16) == 32  # 148 tokens: two blocks each
+    assert load.sweep_blocks(90, 34, 4, 128, 3) == 3  # 128 tokens: exactly one block
+    assert load.sweep_blocks(90, 34, 8, 128, 3) == 6  # the draft model's lookahead: 132 tokens, two blocks
+    assert load.sweep_blocks(90, 34, 0, 128, 1) == 1 and load.sweep_blocks(91, 34, 4, 128, 1) == 2
+    with pytest.raises(ValueError, match="requests"):
+        load.sweep_blocks(90, 34, 4, 128, 0)
