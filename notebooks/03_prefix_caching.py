@@ -73,11 +73,17 @@ prof = banner.start(profile)
 # %% [markdown]
 # Starting an engine takes tens of seconds on a CPU, so the chapter starts as few servers as it
 # can: one vLLM, one SGLang, and one more SGLang with the cache-aware scheduling policy `lpm`,
-# because the policy is a flag fixed at start. All three get the same small KV budget. Both
-# engines report the cached prompt tokens of every request: servelab always starts vLLM with
-# `--enable-prompt-tokens-details`, and `cache_options` adds SGLang's `--enable-cache-report`. It
-# also turns on vLLM's development endpoints (`VLLM_SERVER_DEV_MODE`), which let us empty its
-# prefix cache between experiments and pause its scheduler; SGLang serves both without a flag.
+# because the policy is a flag fixed at start. All three get the same small KV budget. The two
+# SGLang servers also get prefill-step budgets as large as that KV budget (`chunked_prefill_size`
+# and `max_prefill_tokens`, set by `one_step_prefill` in `servelab/measure/prefix_burst.py`), so
+# that one prefill step can take every set of requests that fits the cache at once; SGLang's
+# default `chunked_prefill_size` grows with the device's memory (`handle_gpu_memory_settings` in
+# `srt/arg_groups/memory_hook.py`), and the section on scheduling needs the same step on every
+# machine. Both engines report the cached prompt tokens of every request: servelab always starts
+# vLLM with `--enable-prompt-tokens-details`, and `cache_options` adds SGLang's
+# `--enable-cache-report`. It also turns on vLLM's development endpoints (`VLLM_SERVER_DEV_MODE`),
+# which let us empty its prefix cache between experiments and pause its scheduler; SGLang serves
+# both without a flag.
 # Where every server's memory is bounded (the cpu profile) the
 # three start now, side by side in the background, while we build the two caches; on a GPU, where
 # each server claims most of the memory, each starts when it is needed and the others stop
@@ -88,14 +94,16 @@ prof = banner.start(profile)
 # %%
 from servelab.engines.server import Server
 from servelab.measure.lineup import Lineup
+from servelab.measure.prefix_burst import one_step_prefill
 from servelab.measure.prefix_cache_live import cache_options
 from servelab.measure.sglang_policies import start_policy_orders
 
 kv_tokens = kv_tokens or prof.max_model_len * 9 // 8  # vLLM needs one full-length sequence plus its null block
+sglang_options = {**cache_options("sglang"), **one_step_prefill(kv_tokens)}
 lineup = Lineup({
     "vllm": Server("vllm", prof, kv_cache_tokens=kv_tokens, **cache_options("vllm")),
-    "sglang": Server("sglang", prof, kv_cache_tokens=kv_tokens, **cache_options("sglang")),
-    "sglang lpm": Server("sglang", prof, kv_cache_tokens=kv_tokens, schedule_policy="lpm", **cache_options("sglang")),
+    "sglang": Server("sglang", prof, kv_cache_tokens=kv_tokens, **sglang_options),
+    "sglang lpm": Server("sglang", prof, kv_cache_tokens=kv_tokens, schedule_policy="lpm", **sglang_options),
 }, together=prof.kv_cache_tokens is not None, background=True)
 policy_script = start_policy_orders(prof)
 
@@ -389,7 +397,8 @@ sglang_built = engine_capacity(sglang)
 info = server_info(sglang)
 print(f"SGLang {sglang.version()}: {sglang_built['tokens']} KV tokens, page_size={sglang_built['block_size']}, "
       f"disable_radix_cache={info['disable_radix_cache']}, schedule_policy={info['schedule_policy']}, "
-      f"attention_backend={info['attention_backend']}")
+      f"attention_backend={info['attention_backend']}, chunked_prefill_size={info['chunked_prefill_size']}, "
+      f"max_prefill_tokens={info['max_prefill_tokens']}")
 sglang_hits, sglang_rates = measured_hits(sglang, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
 sglang_cold = run_cold(sglang, tokens["few_shot"][:off_requests], ids["few_shot"][:off_requests])
 sglang_salted = prefix_salt.on_off(sglang, salted[0].messages, [r.messages for r in salted[1:]],
@@ -475,9 +484,10 @@ print(not aligned or (both.sglang >= both.vllm).all(), not aligned or (both.sgla
 # forks a state that holds text, `fork` sends that text as a request that generates nothing, so that the
 # branches find it cached (`StreamExecutor.fork` in `sglang/lang/interpreter.py`,
 # `commit_lazy_operations` in `sglang/lang/backend/runtime_endpoint.py`); the table calls these
-# requests the fork's commit. `fork` looks for that text before it waits for the state's worker
-# thread, so a fork called while the thread has not yet written the queued text sends no commit;
-# the program reads its plan before it forks, which waits for it.
+# requests the fork's commit. `fork` looks for text before it waits for the state's worker thread:
+# if the thread has written any, the commit is queued behind the operations still pending and sends
+# all of the state's text, but a fork of a state whose thread has written no text yet sends no
+# commit. The program reads its plan before it forks, which waits for it.
 #
 # Every `/generate` request the frontend sends is recorded with its text, its answer, and when it
 # was sent and answered (the recorder of chapter 00). Our radix tree replays them on SGLang's own
@@ -676,9 +686,12 @@ print(f"cache-aware policies: {', '.join(facts['CacheAwarePolicy'])}")
 print(f"cache-agnostic policies: {', '.join(facts['CacheAgnosticPolicy'])}")
 print(f"this server's policy: {info['schedule_policy']}; lpm and hrrn fall back to FCFS above "
       f"{facts['WAITING_QUEUE_PREFIX_MATCH_MAX']} waiting requests")
-print(f"in-batch prefix check: requests with at most {facts['IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD']} cached "
-      f"tokens that share at least {facts['IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD']} tokens with an "
-      f"earlier waiting request are sorted to the back of the queue by lpm, hrrn and shortest-prefill-first")
+print(f"in-batch prefix check: a request with at most {facts['IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD']} cached "
+      f"tokens that shares at least {facts['IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD']} tokens with an "
+      f"earlier waiting request that also found little cached and was not itself moved is sorted to the back of "
+      f"the queue by lpm, hrrn and shortest-prefill-first")
+print(f"cache-agnostic policies refresh the recency of the waiting requests' cached prefixes on one sort of the "
+      f"queue in {facts['WAITING_PREFIX_REFRESH_INTERVAL']}, the first included (_touch_waiting_prefixes)")
 
 # %% [markdown]
 # `lpm` (longest prefix match) sorts the waiting queue so that requests with the longest cached
@@ -690,13 +703,14 @@ print(f"in-batch prefix check: requests with at most {facts['IN_BATCH_PREFIX_CAC
 # above, because matching every waiting request against the tree costs time on every round.
 #
 # Cache-aware policies do one more thing (`_compute_prefix_matches`). A waiting request that finds
-# little in the cache (the first threshold printed above) is matched against the other waiting
-# requests; if it shares a prefix (the second threshold) with one ahead of it, it joins a set that
-# `lpm`, `hrrn` and `shortest-prefill-first` sort to the back of the queue; `dfs-weight` ignores
-# the set. Nothing else reads it: `PrefillAdder` still admits those requests in the same round when
-# the step's budget and the free memory allow, and then they compute the shared prefix in the same
-# step as the request ahead of them. Only a request that the budget leaves waiting finds that
-# prefix cached in a later round. FCFS does not sort at all.
+# little in the cache (the first threshold printed above) is matched against the waiting requests
+# ahead of it that also found little cached and were not themselves moved (only those enter the
+# `waiting_queue_radix_tree` it is matched against); if it shares a prefix (the second threshold)
+# with one of them, it joins a set that `lpm`, `hrrn` and `shortest-prefill-first` sort to the back
+# of the queue; `dfs-weight` ignores the set. Nothing else reads it: `PrefillAdder` still admits
+# those requests in the same round when the step's budget and the free memory allow, and then they
+# compute the shared prefix in the same step as the request ahead of them. Only a request that the
+# budget leaves waiting finds that prefix cached in a later round. FCFS does not sort at all.
 #
 # A workload where order matters: one request caches a shared prefix; then a burst arrives, first
 # `burst_newcomers` fresh prompts, then `burst_reusers` requests that start with the cached prefix.
@@ -725,10 +739,13 @@ bursts = {"vLLM, fcfs": run_burst(lineup.take("vllm"), warm_tokens, burst_tokens
           "SGLang, fcfs": run_burst(lineup.take("sglang"), warm_tokens, burst_tokens, burst_names,
                                     stagger_s=burst_stagger_s)}
 lpm = lineup.take("sglang lpm")
-print(f"SGLang: schedule_policy={server_info(lpm)['schedule_policy']}")
+lpm_info = server_info(lpm)
+print(f"SGLang: schedule_policy={lpm_info['schedule_policy']}, "
+      f"chunked_prefill_size={lpm_info['chunked_prefill_size']}, max_prefill_tokens={lpm_info['max_prefill_tokens']}")
 bursts["SGLang, lpm"] = run_burst(lpm, warm_tokens, burst_tokens, burst_names, stagger_s=burst_stagger_s)
-print(f"warm-up prompt {len(warm_tokens)} tokens; burst prompts {[len(t) for t in burst_tokens]} tokens; "
-      f"KV budget {kv_tokens} tokens")
+fresh_total = sum(len(t) for n, t in zip(burst_names, burst_tokens, strict=True) if not n.startswith("reuse"))
+print(f"warm-up prompt {len(warm_tokens)} tokens; burst prompts {[len(t) for t in burst_tokens]} tokens "
+      f"(the fresh ones together: {fresh_total}); KV budget {kv_tokens} tokens")
 lineup.stop()
 
 # %%
@@ -780,22 +797,34 @@ cached = reuse.groupby("configuration").cached_tokens.sum()
 in_order = (bursts["vLLM, fcfs"].sent_rank.values == np.arange(1, len(burst_names) + 1)).all()  # SGLang: one batch
 queued = in_order and all((f.start_s < 0).all() and (f.end_s > 0).all() for f in bursts.values())
 found = reuse.groupby("configuration")["found the prefix"].sum()
-print(queued, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm"] == burst_reusers,
+sglang_fcfs = bursts["SGLang, fcfs"]
+fresh_together = sglang_fcfs[~sglang_fcfs.request.str.startswith("reuse")].finish_group.nunique() == 1
+print(queued, fresh_together, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm"] == burst_reusers,
       found["SGLang, fcfs"] < burst_reusers)
 
 # %% [markdown]
-# The first check confirms the setup: on every server the burst was sent while the
-# engine was paused, and no request finished before it resumed. vLLM received it one request after
-# another, and the check confirms they were sent in order; SGLang's order is that of the batch by
+# The first two checks confirm the setup. On every server the burst was sent while the engine was
+# paused, and no request finished before it resumed. vLLM received it one request after another,
+# and the check confirms they were sent in order; SGLang's order is that of the batch by
 # construction: the tokenizer manager sends the batch to the scheduler as one message
 # (`_send_batch_request`), and the scheduler queues its requests in list order
-# (`handle_batch_generate_request` in `scheduler.py`). Under `fcfs` SGLang prefills the fresh
-# prompts first; their KV needs room, and the least recently used entry, the shared prefix, is
-# evicted before the reusing requests are scheduled. Those then prefill the prefix again: all of
-# them that are scheduled in the same step, because SGLang inserts what a step computed into the
-# tree only after the step; the ones scheduled later find it again. With `lpm`, SGLang moves the
-# requests whose prefix is cached to the front of the queue: every one of them reuses it before the
-# fresh prompts can evict it.
+# (`handle_batch_generate_request` in `scheduler.py`). Under SGLang's `fcfs` the fresh prompts all
+# ended in one finish group (the second check), as they do when one prefill step takes them all,
+# which the step budgets printed above allow; a run where they did not would be a failed setup, not
+# a different conclusion. Their KV needs room, and the tree evicts its least recently used unlocked
+# leaf. Under a cache-agnostic policy such as `fcfs`, SGLang refreshes the recency of the waiting
+# requests' cached prefixes from time to time, the front of the queue last
+# (`SchedulePolicy._touch_waiting_prefixes`, on unless `SGLANG_ENABLE_WAITING_PREFIX_REFRESH` turns
+# it off; how often is printed with the policies above), so the reusing requests' prefix can be
+# more recent than other cached entries. Here that does not matter: the fresh prompts lock the few
+# chat-template tokens they share with the prefix, and with all of them prefilled in one step the
+# rest of the prefix is the only unlocked leaf, so it is evicted whatever its recency. Had the
+# fresh prompts been spread over several steps, the ones already finished would be unlocked leaves
+# too, and the refresh could decide which went first. The reusing requests then prefill the prefix
+# again: all of them that are scheduled in the same step, because SGLang inserts what a step
+# computed into the tree only after the step; the ones scheduled later find it again. With `lpm`,
+# SGLang moves the requests whose prefix is cached to the front of the queue: every one of them
+# reuses it before the fresh prompts can evict it.
 #
 # vLLM has no cache-aware policy, so the printed lines above are what its default order and its
 # block pool give. Which cached blocks a fresh prompt takes is decided by the free queue: blocks
@@ -833,11 +862,12 @@ print(queued, cached["SGLang, lpm"] > cached["SGLang, fcfs"], found["SGLang, lpm
 # `PrefillAdder` (`schedule_policy.py`) walks the sorted queue and stops when one of the step's two
 # token budgets runs out, the new input tokens (`rem_input_tokens`, from `max_prefill_tokens`) or
 # the chunk (`rem_chunk_tokens`, from `chunked_prefill_size`), or the free KV memory does
-# (`budget_state`), so the sizes decide how many of the first requests share a step. What a step
-# computed enters the tree only after the step (`release_kv_cache` and `checkpoint_kv_cache` in
-# `mem_cache/common.py`). The tree is evicted only when an allocation needs room
-# (`evict_from_tree_cache`, called from `alloc_token_slots` in `mem_cache/allocation.py`). Every
-# later round sorts whoever still waits again.
+# (`budget_state`), so the sizes decide how many of the first requests share a step (this chapter's
+# SGLang servers were started with both budgets at least the KV budget, printed in the SGLang cell
+# above, so memory decides first). What a step computed enters the tree only after the step
+# (`release_kv_cache` and `checkpoint_kv_cache` in `mem_cache/common.py`). The tree is evicted only
+# when an allocation needs room (`evict_from_tree_cache`, called from `alloc_token_slots` in
+# `mem_cache/allocation.py`). Every later round sorts whoever still waits again.
 
 # %%
 from itertools import combinations
@@ -857,8 +887,9 @@ print("cached prefix of each request when the burst arrives (tokens): "
       + ", ".join(f"{n} {m}" for n, m in policy_orders.attrs["matched"].items()))
 print(f"the fresh prompts share at most {max(common_prefix(a, b) for a, b in combinations(fresh_tokens, 2))} tokens "
       f"with each other; under lpm, hrrn and shortest-prefill-first the in-batch check moves to the back a "
-      f"request that shares at least "
-      f"{policy_orders.attrs['constants']['IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD']} with an earlier one")
+      f"request that found little cached and shares at least "
+      f"{policy_orders.attrs['constants']['IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD']} tokens with an "
+      f"earlier waiting request that also found little cached and was not itself moved")
 order_table(policy_orders, "burst").drop(columns="refused").join(
     policy_check.loc["burst", ["every reuser first", "moved to the back"]])
 
@@ -910,20 +941,24 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 # uncached tokens give them the highest ratio. The in-batch check (the table's last column) can
 # move only fresh prompts to the back here, since the reusing requests find far more than its
 # threshold cached, and only under the three policies that read its set; a fresh prompt joins the
-# set when it shares at least the threshold with an earlier fresh prompt, which the line printed
-# above the table compares. Moved to the back, it can still be prefilled in the same step.
+# set when it shares at least the threshold with an earlier fresh prompt that was not itself moved,
+# and the line printed above the table gives the most any two fresh prompts share. Moved to the
+# back, it can still be prefilled in the same step.
 #
 # The live `lpm` server agrees with the in-process run: each reusing request's cached tokens are
 # the prefix SGLang's `lpm` code matched for it. The finish groups need not follow the in-process
-# positions one by one: requests prefilled in the same step finish together, in one group.
+# positions one by one: requests prefilled in the same step end together, so they share a group
+# (requests that ended within 50 ms of each other, `FINISH_TOLERANCE_S` in
+# `servelab/measure/prefix_burst.py`), whatever their positions within the step.
 #
 # From the orders follow predictions, not measurements. `dfs-weight` and `shortest-prefill-first`
 # chose, for the first round, an order that puts every reusing request first, as `lpm` did, so we
 # predict what the live `lpm` server measured: every reusing request finds the prefix. They could
 # still differ from `lpm` in later rounds and in how many requests join a step. `lof` keeps the
-# arrival order, so we predict what `fcfs` measured. `hrrn` puts the reusing requests first only by
-# chance on this burst, so we predict that how many of them find the prefix changes from run to
-# run, between what `fcfs` and `lpm` measured.
+# arrival order, so we predict what `fcfs` measured. On a burst that arrives while the engine is
+# paused, `hrrn` would put the reusing requests first only by chance (in this run the table's `hrrn`
+# row shows whether it did), so we predict that how many of them find the prefix changes from run
+# to run, between what `fcfs` and `lpm` measured.
 #
 # The fallbacks run the same code. With more waiting requests than the limit, `lpm` and `hrrn`
 # kept the arrival order, as FCFS does (`_determine_active_policy`), while `dfs-weight` and

@@ -22,7 +22,14 @@ import pytest
 from servelab.engines.server import Server
 from servelab.measure.kv_capacity import engine_capacity
 from servelab.measure.lineup import Lineup
-from servelab.measure.prefix_burst import common_prefix, finish_groups, pause, reuser_ceiling, run_burst
+from servelab.measure.prefix_burst import (
+    common_prefix,
+    finish_groups,
+    one_step_prefill,
+    pause,
+    reuser_ceiling,
+    run_burst,
+)
 from servelab.measure.prefix_cache_live import (
     cache_options,
     chat_token_ids,
@@ -382,6 +389,22 @@ def test_requests_that_end_within_the_tolerance_share_a_finish_group():
         finish_groups(ends, tolerance_s=-1)
 
 
+def test_one_step_prefill_raises_both_step_budgets_to_the_kv_budget_in_whole_pages():
+    from servelab.engines import launch
+    from servelab.machine import models, profiles
+
+    assert one_step_prefill(2304) == {"chunked_prefill_size": 2304, "max_prefill_tokens": 2304}
+    assert one_step_prefill(18432)["chunked_prefill_size"] == 18432
+    assert one_step_prefill(18433) == {"chunked_prefill_size": 18688, "max_prefill_tokens": 18688}  # next 256
+    hub = models.ModelRef("Qwen/Qwen2.5-14B-Instruct", "Qwen/Qwen2.5-14B-Instruct", local=False)
+    argv = launch.command("sglang", profiles.load("gpu-80g"), hub, 8000,
+                          {"kv_cache_tokens": 18432, **one_step_prefill(18432)}).argv
+    assert argv[argv.index("--chunked-prefill-size") + 1] == argv[argv.index("--max-prefill-tokens") + 1] == "18432"
+    for bad in (0, -5, 2.5, True, "2304"):
+        with pytest.raises(ValueError, match=r"kv_tokens must be an integer >= 1 \(tokens of KV cache\), got"):
+            one_step_prefill(bad)
+
+
 def test_reuser_ceiling_is_whole_blocks_of_all_but_the_last_token():
     assert reuser_ceiling(607, 623, 128) == 512 and reuser_ceiling(607, 623, 1) == 607
     assert reuser_ceiling(607, 607, 1) == 606 and reuser_ceiling(607, 623, 16) == 592
@@ -469,6 +492,7 @@ def test_sglang_schedule_facts_come_from_its_installed_source(require_engine, cp
     assert isinstance(facts["WAITING_QUEUE_PREFIX_MATCH_MAX"], int) and facts["WAITING_QUEUE_PREFIX_MATCH_MAX"] > 0
     assert facts["IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD"] == 32  # int(os.environ.get(..., "32")): the default
     assert facts["IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD"] == 32
+    assert isinstance(facts["WAITING_PREFIX_REFRESH_INTERVAL"], int) and facts["WAITING_PREFIX_REFRESH_INTERVAL"] > 0
 
 
 # ---- both engines live: one server each, a few short requests ---------------------------------------

@@ -9,7 +9,8 @@ and, on resume, would hand separate requests to the scheduler one after another,
 could see only the first few; SGLang therefore gets the burst as one batched ``/generate`` request of
 token ids, which its tokenizer manager sends to the scheduler as one message (``_send_batch_request`` in
 ``tokenizer_manager.py``): the first round sees all of it, in order.
-:func:`reuser_ceiling` is the most a reuser can find in a block cache.
+:func:`reuser_ceiling` is the most a reuser can find in a block cache; :func:`one_step_prefill` starts an
+SGLang server so that one prefill step can take every request that fits its KV pool at once.
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names
     batched request (see the module's docstring). It resumes ``settle_s`` after the last one. One row per
     burst request: times from the resume (``start_s`` negative: sent while paused), ``finished`` (its
     rank by the end of its response, from 1), ``finish_group`` (:func:`finish_groups`: requests that
-    ended together, as in one engine step, share a number) and ``sent_rank`` (by send time; a batch's in
-    list order).
+    ended within ``FINISH_TOLERANCE_S`` of each other share a number) and ``sent_rank`` (by send time; a
+    batch's in list order).
     """
     flush(server)
     send(server, [warm], ["warm-up"])
@@ -122,13 +123,15 @@ def run_burst(server: Server, warm: list[int], burst: Sequence[list[int]], names
                         sent_rank=frame.start_s.rank(method="first").astype(int))
 
 
-FINISH_TOLERANCE_S = 0.05  # requests that end this close together finished in the same group (engine step)
+FINISH_TOLERANCE_S = 0.05  # requests that end this close together share a finish group
 
 
 def finish_groups(end_s: Sequence[float], tolerance_s: float = FINISH_TOLERANCE_S) -> list[int]:
     """Per request, its group among the requests that finished together, from 1 in time order: sorted by
-    end time, a new group starts where an end is more than ``tolerance_s`` after the one before. A rank
-    among requests that finished in the same engine step would only order their streams' last chunks."""
+    end time, a new group starts where an end is more than ``tolerance_s`` after the one before. Requests
+    finished by the same engine step are answered together, so they share a group; a rank among them
+    would only order their streams' last chunks. A group is not a step: two steps that end close enough
+    together fall into one group."""
     if tolerance_s < 0:
         raise ValueError(f"tolerance_s must be >= 0, got {tolerance_s}")
     ends = [float(e) for e in end_s]
@@ -138,6 +141,28 @@ def finish_groups(end_s: Sequence[float], tolerance_s: float = FINISH_TOLERANCE_
             group += 1
         groups[i], previous = group, ends[i]
     return groups
+
+
+PREFILL_STEP_ALIGN = 256  # SGLang's page sizes (1 by default, up to 256 for some models) all divide it
+
+
+def one_step_prefill(kv_tokens: int) -> dict[str, int]:
+    """Options for ``Server("sglang", ...)``: both of SGLang's prefill-step budgets at least ``kv_tokens``.
+
+    ``PrefillAdder`` (``sglang/srt/managers/schedule_policy.py``) fills a prefill step from the sorted
+    queue until one of two budgets is spent: ``chunked_prefill_size`` (``rem_chunk_tokens``; a request
+    longer than what is left of it is cut into a chunk) and ``max_prefill_tokens`` (``rem_input_tokens``;
+    once spent, no further request joins). ``chunked_prefill_size`` defaults to a size that grows with the
+    device's memory (``handle_gpu_memory_settings`` in ``sglang/srt/arg_groups/memory_hook.py``), so a
+    burst taken in one step on one machine could span several steps on another. With both budgets at
+    least the KV pool, every set of requests that fits the pool at once can be prefilled in one step.
+    ``kv_tokens`` is rounded up to a multiple of ``PREFILL_STEP_ALIGN``: ``chunked_prefill_size`` must be
+    divisible by the page size (``sglang/srt/arg_groups/validation_hook.py``).
+    """
+    if isinstance(kv_tokens, bool) or not isinstance(kv_tokens, int) or kv_tokens < 1:
+        raise ValueError(f"kv_tokens must be an integer >= 1 (tokens of KV cache), got {kv_tokens!r}")
+    tokens = -(-kv_tokens // PREFILL_STEP_ALIGN) * PREFILL_STEP_ALIGN
+    return {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
 
 
 def reuser_ceiling(shared_tokens: int, prompt_tokens: int, block_size: int) -> int:

@@ -232,8 +232,10 @@ def sglang_schedule_facts(profile: Profile) -> dict[str, Any]:
     """Read from SGLang's installed ``schedule_policy.py``: its policies and when cache-aware ones fall back.
 
     Parsed, not imported (importing SGLang takes tens of seconds): the two policy enums, the
-    waiting-queue length above which ``lpm`` and ``hrrn`` are replaced by FCFS, and the default
-    thresholds (tokens) of the in-batch prefix check that cache-aware policies run.
+    waiting-queue length above which ``lpm`` and ``hrrn`` are replaced by FCFS, the default
+    thresholds (tokens) of the in-batch prefix check that cache-aware policies run, and every how many
+    scheduling rounds cache-agnostic policies refresh the recency of the waiting requests' cached
+    prefixes (``WAITING_PREFIX_REFRESH_INTERVAL``, read by ``_touch_waiting_prefixes``).
     """
     env = engine_envs.get(profile.sglang_env).require()
     path = (env.site_packages() or env.path) / "sglang" / "srt" / "managers" / "schedule_policy.py"
@@ -242,7 +244,7 @@ def sglang_schedule_facts(profile: Profile) -> dict[str, Any]:
     tree = ast.parse(path.read_text())
     facts: dict[str, Any] = {"file": "sglang/srt/managers/schedule_policy.py"}
     wanted = ("WAITING_QUEUE_PREFIX_MATCH_MAX", "IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD",
-              "IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD")
+              "IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD", "WAITING_PREFIX_REFRESH_INTERVAL")
     for node in tree.body:
         names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name) and t.id in wanted]
         if names and isinstance(node.value, ast.Constant):

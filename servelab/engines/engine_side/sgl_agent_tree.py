@@ -7,11 +7,13 @@ the server's answer, and when it was sent and answered.
 The program: a system prompt and a task, a generated plan, then `fork` into one branch per branch
 prompt, each generating a step, then each branch `fork`s again into its sub-branches, each
 generating a result. Greedy, `max_tokens` per generation. The frontend runs every branch in a thread
-of its own, so branches run in parallel; a `fork` of a state with text first sends that text as a
-request with `max_new_tokens` 0 (`StreamExecutor.fork` and `RuntimeEndpoint.commit_lazy_operations`
-in `sglang/lang/`), so the branches find it cached. `fork` checks for text before it waits for the
-state's worker thread, so a fork called while the thread has not yet written the queued text sends no
-commit (our first run's root fork did not); the program reads the plan first, which waits for it.
+of its own, so branches run in parallel; a `fork` into more than one branch of a state with text first
+sends that text as a request with `max_new_tokens` 0 (`StreamExecutor.fork` and
+`RuntimeEndpoint.commit_lazy_operations` in `sglang/lang/`), so the branches find it cached. `fork`
+checks for text (`str(self.text_)`) before it waits for the state's worker thread: if the thread has
+written any, the commit is queued behind the operations still pending and sends all of it, but a fork
+of a state whose thread has written no text yet sends no commit. The program reads the plan before it
+forks, which waits for it.
 
 Usage: python sgl_agent_tree.py SERVER_URL < SPEC.json, SPEC with system, task, branches (a list of
 texts), sub_branches (one list of texts per branch), max_tokens. Prints one JSON object: plan,
