@@ -74,8 +74,8 @@ prof = banner.start(profile)
 # Starting an engine takes tens of seconds on a CPU, so the chapter starts as few servers as it
 # can: one vLLM, one SGLang, and one more SGLang with the cache-aware scheduling policy `lpm`,
 # because the policy is a flag fixed at start. All three get the same small KV budget. The two
-# SGLang servers also get prefill-step budgets as large as that KV budget (`chunked_prefill_size`
-# and `max_prefill_tokens`, set by `one_step_prefill` in `servelab/measure/prefix_burst.py`), so
+# SGLang servers also get prefill-step budgets at least as large as that KV budget
+# (`chunked_prefill_size` and `max_prefill_tokens`, set by `one_step_prefill` in `servelab/measure/prefix_burst.py`), so
 # that one prefill step can take every set of requests that fits the cache at once; SGLang's
 # default `chunked_prefill_size` grows with the device's memory (`handle_gpu_memory_settings` in
 # `srt/arg_groups/memory_hook.py`), and the section on scheduling needs the same step on every
@@ -83,13 +83,12 @@ prof = banner.start(profile)
 # vLLM with `--enable-prompt-tokens-details`, and `cache_options` adds SGLang's
 # `--enable-cache-report`. It also turns on vLLM's development endpoints (`VLLM_SERVER_DEV_MODE`),
 # which let us empty its prefix cache between experiments and pause its scheduler; SGLang serves
-# both without a flag.
-# Where every server's memory is bounded (the cpu profile) the
-# three start now, side by side in the background, while we build the two caches; on a GPU, where
-# each server claims most of the memory, each starts when it is needed and the others stop
-# (`servelab/measure/lineup.py`). A script that runs SGLang's scheduling code without a server,
-# in the section on scheduling, starts now too: importing SGLang takes seconds, and it waits for
-# its input once it has.
+# both without a flag. Where every server's memory is bounded (the cpu profile) the three start
+# now, side by side in the background, while we build the two caches; on a GPU, where each server
+# claims most of the memory, each starts when it is needed and the others stop
+# (`servelab/measure/lineup.py`). A script that runs SGLang's scheduling code without a server, in
+# the section on scheduling, starts now too: importing SGLang takes seconds, and it waits for its
+# input once it has.
 
 # %%
 from servelab.engines.server import Server
