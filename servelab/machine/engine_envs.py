@@ -167,6 +167,12 @@ def installed_version(env: EngineEnv, dist: str) -> str | None:
     return None
 
 
+def cpu_only_env(*drop: str) -> dict[str, str]:
+    """This environment without the variables ``drop``, with CUDA hidden and the hub offline: for a script
+    that runs engine code on the CPU whatever the machine (a GPU machine gives the same answer)."""
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
+
+
 class ScriptFailed(RuntimeError):
     """A script run inside an engine venv failed, timed out or answered no JSON; the message says which."""
 

@@ -18,7 +18,6 @@ into a small pool, so hits, refusals and evictions all happen; :func:`replay_blo
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -120,9 +119,7 @@ def sglang_radix_replay(profile: Profile, runs: Sequence[Sequence[Op]], timeout:
     cannot change what gets imported, and CUDA is hidden so a GPU machine runs it on the CPU too.
     """
     python = engine_envs.get(profile.sglang_env).require().python
-    drop = ("SGLANG_USE_CPU_ENGINE", "PYTHONPATH")
-    env = {**{k: v for k, v in os.environ.items() if k not in drop}, "CUDA_VISIBLE_DEVICES": "",
-           "HF_HUB_OFFLINE": "1"}
+    env = engine_envs.cpu_only_env("SGLANG_USE_CPU_ENGINE", "PYTHONPATH")
     return engine_envs.run_script(python, script("sgl_radix_referee.py"), stdin=json.dumps({"runs": list(runs)}),
                                   env=env, timeout=timeout)
 
@@ -266,8 +263,7 @@ def vllm_block_replay(profile: Profile, runs: Sequence[Sequence[Op]], block_size
                       timeout: float = 300) -> dict[str, Any]:
     """Replay each op list on a fresh vLLM ``KVCacheManager`` in vLLM's venv, all in one process (CUDA hidden)."""
     python = engine_envs.get(profile.vllm_env).require().python
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "CUDA_VISIBLE_DEVICES": "",
-           "HF_HUB_OFFLINE": "1"}
+    env = engine_envs.cpu_only_env("PYTHONPATH")
     document = {"block_size": block_size, "num_blocks": num_blocks, "runs": list(runs)}
     return engine_envs.run_script(python, script("vllm_prefix_referee.py"), stdin=json.dumps(document),
                                   env=env, timeout=timeout)

@@ -14,7 +14,6 @@ row per (case, policy, position); :func:`order_table` lays a case out as policy 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,9 +34,7 @@ def start_policy_orders(profile: Profile) -> engine_envs.StartedScript:
     """Start the script now, so it imports SGLang (seconds of CPU) while the caller prepares the queue;
     :func:`sglang_policy_orders` with ``started=`` hands it the queue."""
     python = engine_envs.get(profile.sglang_env).require().python
-    drop = ("SGLANG_USE_CPU_ENGINE", "PYTHONPATH")
-    env = {**{k: v for k, v in os.environ.items() if k not in drop}, "CUDA_VISIBLE_DEVICES": "",
-           "HF_HUB_OFFLINE": "1"}
+    env = engine_envs.cpu_only_env("SGLANG_USE_CPU_ENGINE", "PYTHONPATH")
     return engine_envs.start_script(python, script("sgl_schedule_policies.py"), env=env)
 
 
