@@ -1,4 +1,4 @@
-"""Command line: `python -m servelab setup|notebooks|book|lab|translations`."""
+"""Command line: `python -m servelab setup|lock|notebooks|book|lab|translations`."""
 
 from __future__ import annotations
 
@@ -16,9 +16,15 @@ def main(argv: list[str] | None = None) -> int:
     p_setup.add_argument("--profile", default="auto")
     p_setup.add_argument("--env", help="build only this engine env")
     p_setup.add_argument("--model", help="prepare only this local model")
+    p_lock = sub.add_parser("lock", help="resolve the pins into servelab/data/locks/NAME.txt (every package, hashed)")
+    p_lock.add_argument("names", nargs="*", help="kernel or an engine env (default: all)")
     p_run = sub.add_parser("notebooks", help="execute the notebooks in place (papermill)")
     p_run.add_argument("--profile", default="auto")
     p_run.add_argument("names", nargs="*", help="notebook names (default: all in the table of contents)")
+    p_keys = sub.add_parser("keys", help="which committed notebooks are current, which to re-execute, and why")
+    p_keys.add_argument("--profile", default="cpu")
+    p_keys.add_argument("--all", action="store_true", help="re-execute every chapter")
+    p_keys.add_argument("--write", help="write the notebooks to re-execute to this file, one path a line")
     p_book = sub.add_parser("book", help="build the HTML book into _build/html/<lang>/ (every language)")
     p_book.add_argument("--lang", action="append", help="build only this language (repeatable): en ja ko de es")
     p_lab = sub.add_parser("lab", help="setup + notebooks + book + translated notebooks")
@@ -30,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        if args.command in ("setup", "notebooks", "lab"):
+        if args.command in ("setup", "notebooks", "lab", "keys"):
             profiles.load(args.profile)  # fail early, with the list of valid names
         if getattr(args, "lang", None):
             from servelab.book.i18n import check_languages
@@ -38,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
             check_languages(args.lang)  # before anything runs
         if args.command == "setup":
             return _setup(args)
+        if args.command == "keys":
+            return _keys(args)
+        if args.command == "lock":
+            return _lock(args.names)
         if args.command == "notebooks":
             from servelab.book.chapters import run_notebooks
 
@@ -74,6 +84,31 @@ def main(argv: list[str] | None = None) -> int:
 def _one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0] if text else type(err).__name__
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from servelab.book import chapters, execution_key
+
+    statuses = execution_key.plan(chapters.sources(), profiles.load(args.profile).name, args.all)
+    for st in statuses:
+        print(f"[chapters] {st.chapter}: " + (f"current (key {st.key})" if st.current else f"re-executed ({st.why})"))
+    if args.write:
+        stale = [str(chapters.NOTEBOOKS.relative_to(chapters.REPO) / f"{st.chapter}.ipynb") for st in statuses
+                 if not st.current]
+        with open(args.write, "w") as f:
+            f.write("".join(f"{path}\n" for path in stale))
+    return 0
+
+
+def _lock(names: list[str]) -> int:
+    from servelab.machine import locks
+
+    for name in names:
+        locks.get(name)  # every name checked before anything is resolved
+    for name in names or list(locks.specs()):
+        path = locks.generate(name)
+        print(f"[lock] {name}: {len(locks.pins(path))} packages -> {path}", flush=True)
+    return 0
 
 
 def _setup(args: argparse.Namespace) -> int:

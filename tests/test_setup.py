@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from servelab.machine import engine_envs, models, paths
+from servelab.machine import engine_envs, locks, models, paths
 
 
 @pytest.fixture
@@ -22,7 +22,10 @@ def tiny_env(tmp_path, monkeypatch):
     spec.write_text('[tiny]\nengine = "vllm"\nrequirements = "pins/tiny.txt"\nremove = []\ncheck = "import json"\n')
     monkeypatch.setattr(engine_envs, "SPEC_FILE", spec)
     monkeypatch.setattr(engine_envs, "DATA", data)
+    monkeypatch.setattr(locks, "DATA", data)
+    monkeypatch.setattr(locks, "LOCKS", data / "locks")
     monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
+    locks.generate("tiny")  # nothing to resolve: no index is asked
     return engine_envs.get("tiny")
 
 
@@ -45,6 +48,16 @@ def test_env_is_stale_when_its_pins_change_but_not_its_comments(tiny_env):
     tiny_env.requirements.write_text("# nothing to install, said differently\n")
     assert tiny_env.is_ready()
     tiny_env.requirements.write_text("# a new pin\nsix==1.17.0\n")
+    assert not tiny_env.is_ready()
+    with pytest.raises(locks.StaleLock, match="^tiny: lock was resolved from other pins than tiny.txt; "
+                       "regenerate it: python -m servelab lock tiny$"):
+        engine_envs.build("tiny")
+    assert (tiny_env.path / engine_envs.MARKER).is_file(), "a stale lock removes nothing"
+
+
+def test_env_is_stale_when_its_lock_changes(tiny_env):
+    engine_envs.build("tiny")
+    tiny_env.lock.path.write_text(tiny_env.lock.path.read_text() + "# edited\n")
     assert not tiny_env.is_ready()
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servelab.machine import datafiles
+from servelab.machine import datafiles, locks
 from servelab.machine.paths import DATA, cache_home
 
 SPEC_FILE = DATA / "engine_envs.toml"
@@ -48,17 +48,22 @@ class EngineEnv:
     def requirements(self) -> Path:
         return DATA / self.spec["requirements"]
 
+    @property
+    def lock(self) -> locks.LockSpec:
+        return locks.get(self.name)
+
     def spec_hash(self) -> str:
-        """Changes whenever a pin or the spec changes (not a comment), so a stale venv is rebuilt."""
-        pins = [line.split("#", 1)[0].strip() for line in self.requirements.read_text().splitlines()]
-        text = "\n".join(p for p in pins if p) + json.dumps(self.spec, sort_keys=True)
+        """Changes whenever the lock or the spec changes, so a stale venv is rebuilt."""
+        lock = self.lock.path.read_bytes() if self.lock.path.is_file() else b"no lock"
+        text = hashlib.sha256(lock).hexdigest() + json.dumps(self.spec, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def is_ready(self) -> bool:
         marker = self.path / MARKER
         if not (marker.is_file() and self.python.exists()):
             return False
-        return json.loads(marker.read_text()).get("spec_hash") == self.spec_hash()
+        built = json.loads(marker.read_text()).get("spec_hash") == self.spec_hash()
+        return built and not locks.problems(self.lock)  # pins edited since the lock: setup says to re-lock
 
     def require(self) -> EngineEnv:
         if not self.is_ready():
@@ -124,18 +129,18 @@ def build(name: str, *, force: bool = False, log_dir: Path | None = None) -> Eng
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"env-{name}.log"
     log.write_text("")
+    lock = locks.require_current(name)  # before anything is removed
     if env.path.exists():
         shutil.rmtree(env.path)
     print(f"[setup] engine env {name}: building at {env.path} (log: {log})", flush=True)
-    pip = [env.python, "-m", "pip", "install", "--disable-pip-version-check"]
     if _run([sys.executable, "-m", "venv", env.path], log):
         raise RuntimeError(f"creating venv {env.path} failed; see {log}")
-    if _run([*pip, "-r", env.requirements], log):
+    for cmd in locks.install_commands(lock, env.python):
+        if not _run(cmd, log):
+            continue
         fallback = env.spec.get("fallback_index")
-        if not fallback or _run([*pip, "--extra-index-url", fallback, "-r", env.requirements], log):
-            raise RuntimeError(f"installing {env.requirements.name} into {name} failed; see {log}")
-    if env.spec.get("remove") and _run([env.python, "-m", "pip", "uninstall", "-y", *env.spec["remove"]], log):
-        raise RuntimeError(f"removing {env.spec['remove']} from {name} failed; see {log}")
+        if not fallback or _run([*cmd[:6], "--extra-index-url", fallback, *cmd[6:]], log):
+            raise RuntimeError(f"installing the lock {lock.path.name} into {name} failed; see {log}")
     if alias := env.spec.get("alias"):
         _write_alias(env, alias["name"], alias["of"], alias.get("local_version", ""))
     if (check := env.spec.get("check")) and _run([env.python, "-c", check], log):
