@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Run the tests: lint, unit tests, the real engines (lifecycle, correctness, launch flags), every
-# committed notebook re-executed under nbval, a papermill run with a non-default parameter, the
+# Run the tests: lint, unit tests, the real engines (lifecycle, correctness, launch flags), the chapters
+# whose inputs changed re-executed under nbval, a papermill run with a non-default parameter, the
 # workflows and the book build. Sets up whatever is missing first.
 #
+# A chapter is re-executed when its execution key (a hash of its source, the servelab modules it imports,
+# its data files and locks, and the results of other chapters it read) differs from the key its committed
+# notebook was executed with, or when it reads results of a chapter that is re-executed; the others are
+# checked as committed (key, check cells, no newer input). The run prints which, and why.
+#
+# ./test.sh --all: re-execute every chapter.
 # ./test.sh --fast: lint and the fast tests only (no engine venv, no server, no book build; under a
 # minute). Sets up no engine; SERVELAB_FAST=1 points SERVELAB_HOME at an empty folder for the run,
 # so a test that needs an engine venv or the model but is not marked for it fails (tests/conftest.py).
@@ -11,15 +17,27 @@ source "$(dirname "$0")/scripts/bootstrap.sh"
 if [ "${1:-}" = --fast ]; then
   shift
   ruff check .
-  SERVELAB_FAST=1 exec python -m pytest -m "not (engine_venv or server or book)" tests -p no:cacheprovider "$@"
+  SERVELAB_FAST=1 exec python -m pytest -m "not (engine_venv or server or book or executed)" tests \
+    -p no:cacheprovider "$@"
+fi
+all=()
+if [ "${1:-}" = --all ]; then
+  shift
+  all=(--all)
 fi
 start=$(date +%s)
 python -m servelab setup --profile cpu
 [ "$(python -c 'from servelab.machine.profiles import detect; print(detect())')" = cpu ] || python -m servelab setup
 echo "[test] setup took $(( $(date +%s) - start )) s"
 ruff check .
-# Notebooks re-executed by the tests save their measurements here, not over the committed results/.
+stale=$(mktemp)
+python -m servelab keys --profile cpu "${all[@]}" --write "$stale"
+mapfile -t notebooks < "$stale"
+rm -f "$stale"
+# Re-executed chapters save their measurements here, not over the committed results/; it starts as a copy of
+# them, so a re-executed chapter that reads another chapter's results finds them.
 SERVELAB_RESULTS="$(mktemp -d)"
+cp -r results/. "$SERVELAB_RESULTS/"
 export SERVELAB_RESULTS
-exec python -m pytest tests notebooks/*.ipynb --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
+exec python -m pytest tests "${notebooks[@]}" --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
   -p no:cacheprovider --durations=30 "$@"

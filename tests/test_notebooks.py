@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import jupytext
 import nbformat
 import pytest
 
-from servelab.book import chapters
+from servelab.book import chapters, execution_key
+from servelab.machine.paths import REPO
 
 SOURCES = chapters.sources()
 
@@ -54,6 +57,35 @@ def test_engine_notebooks_check_an_engine_result(source):
     assert starts, f"{source.stem} starts no engine: every chapter measures a real one"
     checked = [c for c in code[starts[0]:] if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
     assert checked, "no NBVAL_CHECK_OUTPUT cell after the first engine cell"
-    for cell in checked:
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_every_check_cell_printed_true(source):
+    """What nbval compares in a chapter it does not re-execute is what the committed notebook printed."""
+    nb = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    for cell in [c for c in _code(nb) if c.source.startswith("# NBVAL_CHECK_OUTPUT")]:
         text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
         assert text.split() and set(text.split()) == {"True"}, f"checked cell is not all True: {cell.source!r}"
+
+
+def _reexecuted(session: pytest.Session) -> set[str]:
+    """The notebooks this session re-executes under nbval (their cells are collected as items)."""
+    return {item.path.stem for item in session.items if item.path.suffix == ".ipynb"}
+
+
+@pytest.mark.executed
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_committed_notebook_is_current_or_reexecuted(source, request):
+    """An unchanged chapter is not re-run: its committed notebook must have been executed with the inputs it has
+    now, on the cpu profile, with no parameter but the profile, and no result it read may be newer than it."""
+    if source.stem in _reexecuted(request.session):
+        return  # nbval re-executes it in this session and compares it with the committed outputs
+    st = execution_key.status(source, "cpu")
+    assert st.current, f"{source.stem} is stale ({st.why}): re-execute it (python -m servelab notebooks " \
+                       f"{source.stem}) or let ./test.sh re-execute it under nbval"
+    meta = execution_key.recorded(source.with_suffix(".ipynb"))
+    assert set(meta["parameters"]) <= {"profile"}, meta["parameters"]
+    for read in meta["reads"]:
+        saved = json.loads((REPO / read).with_suffix("").with_suffix(".meta.json").read_text()) \
+            if not read.endswith(".meta.json") else json.loads((REPO / read).read_text())
+        assert saved["time_utc"] <= meta["executed_utc"], f"{read} is newer than {source.stem}'s execution"

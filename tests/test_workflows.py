@@ -24,7 +24,7 @@ GPU = WORKFLOWS / "book-gpu.yml"
 CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
 GPU_PROFILES = ["auto", "gpu-24g", "gpu-80g"]
 TEST_COMMAND = "./test.sh"
-NBVAL_COMMAND = (".venv/bin/python -m pytest --nbval-lax notebooks/ --nbval-sanitize-with tests/nbval_sanitize.cfg"
+CHECK_COMMAND = ('.venv/bin/python -m pytest tests/test_notebooks.py -k "ran_every_cell or check_cell_printed_true"'
                  " -p no:cacheprovider")
 
 
@@ -123,12 +123,12 @@ def test_cpu_workflow_runs_the_test_command() -> None:
     assert str(python["with"]["python-version"]) == "3.11"
     (cache,) = uses(workflow, "actions/cache")
     assert cache["with"]["path"] == "~/.cache/servelab"
-    assert "hashFiles('servelab/data/pins/*.txt', 'servelab/data/*.toml')" in cache["with"]["key"]
+    assert "hashFiles('servelab/data/locks/*.txt', 'servelab/data/*.toml')" in cache["with"]["key"]
     (upload,) = uses(workflow, "actions/upload-artifact")
     assert upload["with"]["path"] == "_build/html"
 
 
-def test_gpu_workflow_runs_setup_papermill_and_nbval_for_the_profile() -> None:
+def test_gpu_workflow_runs_setup_papermill_and_checks_each_notebook_once() -> None:
     workflow = load(GPU)
     dispatch = workflow["on"]["workflow_dispatch"]["inputs"]["profile"]
     assert dispatch["type"] == "choice"
@@ -143,9 +143,14 @@ def test_gpu_workflow_runs_setup_papermill_and_nbval_for_the_profile() -> None:
     bootstrap = lines.index("source scripts/bootstrap.sh")
     setup = next(i for i, c in enumerate(lines) if c.endswith('-m servelab setup --profile "$PROFILE"'))
     execute = next(i for i, c in enumerate(lines) if c.endswith('-m servelab notebooks --profile "$PROFILE"'))
-    nbval = lines.index(NBVAL_COMMAND)
-    assert bootstrap < setup < execute < nbval
-    assert "--nbval-lax" in shlex.split(lines[nbval])
+    check = lines.index(CHECK_COMMAND)
+    assert bootstrap < setup < execute < check
+    assert not [c for c in lines if "nbval" in c], "a second execution of every notebook"
+    selected = shlex.split(lines[check])[shlex.split(lines[check]).index("-k") + 1]
+    tests = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-k", selected,
+                            str(REPO / "tests" / "test_notebooks.py")], capture_output=True, text=True, cwd=REPO)
+    names = {line.split("::")[1].split("[")[0] for line in tests.stdout.splitlines() if "::" in line}
+    assert names == {"test_committed_notebook_ran_every_cell_without_error", "test_every_check_cell_printed_true"}
     assert any("SERVELAB_HOME=" in c and "runner.tool_cache" in c and "GITHUB_ENV" in c for c in lines)
     (upload,) = uses(workflow, "actions/upload-artifact")
     assert upload["if"] == "always()"

@@ -7,13 +7,18 @@ leaves a half-written notebook behind.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from servelab.machine.paths import REPO
+from servelab.book import execution_key, results
+from servelab.machine import profiles
+from servelab.machine.paths import REPO, results_dir
 
 NOTEBOOKS = REPO / "notebooks"
 
@@ -34,26 +39,80 @@ def sources(names: list[str] | None = None) -> list[Path]:
     return [by_name[n.removesuffix(".py").removesuffix(".ipynb")] for n in names]
 
 
+@contextmanager
+def _environment(**values: str):
+    """Set environment variables for the kernel papermill starts (it inherits them), then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _trace(path: Path) -> tuple[list[str], list[str]]:
+    """The results a run saved and the ones it read that it had not saved itself, as repo paths."""
+    ops = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    saves = sorted({f"results/{o['path']}" for o in ops if o["op"] == "save"})
+    return saves, sorted({f"results/{o['path']}" for o in ops if o["op"] == "read"} - set(saves))
+
+
+def _drawn(path: Path) -> list[str]:
+    """The messages a run asked `i18n.t` for (plot labels, banner words), each once."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    return sorted({line.replace("\\n", "\n") for line in lines})
+
+
+def _record(executed: Path, source: Path, profile: str, parameters: dict[str, Any], trace: Path) -> str:
+    """Write the execution key and what it covers into the executed notebook; stamp the results it saved."""
+    import nbformat
+
+    saves, reads = _trace(trace)
+    here = results_dir().resolve() == (REPO / "results").resolve()  # reads are keyed by the committed results
+    read_hashes = execution_key.read_digests(reads) if here else {r: "outside the repository" for r in reads}
+    files = execution_key.inputs(source)
+    key = execution_key.key(files, read_hashes, profile)
+    nb = nbformat.read(executed, as_version=4)
+    nb.metadata[execution_key.METADATA] = {
+        "key": key, "profile": profile, "parameters": parameters, "inputs": files, "reads": read_hashes,
+        "saves": saves, "drawn": _drawn(trace.with_name("drawn.txt")),
+        "executed_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    nbformat.write(nb, executed)
+    for saved in saves:
+        if saved.endswith(".meta.json"):
+            results.stamp(results_dir() / saved.removeprefix("results/"), execution_key=key, chapter=source.stem)
+    return key
+
+
 def execute(source: Path, output: Path | None = None, parameters: dict[str, Any] | None = None,
             timeout: int = 1800) -> Path:
-    """Execute one jupytext source; write the executed notebook to `output` atomically."""
+    """Execute one jupytext source; write the executed notebook, with its execution key, to `output` atomically."""
     import jupytext
     import papermill
 
     output = output or source.with_suffix(".ipynb")
+    parameters = parameters or {}
+    profile = profiles.load(parameters.get("profile", "auto")).name
     notebook = jupytext.read(source)
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{source.stem}-") as tmp:
-        unexecuted, executed = Path(tmp) / "in.ipynb", Path(tmp) / "out.ipynb"
+        unexecuted, executed, trace = Path(tmp) / "in.ipynb", Path(tmp) / "out.ipynb", Path(tmp) / "trace.jsonl"
         jupytext.write(notebook, unexecuted)
         try:
-            papermill.execute_notebook(
-                str(unexecuted), str(executed), parameters=parameters or {}, cwd=str(source.parent),
-                kernel_name="python3", execution_timeout=timeout, progress_bar=False,
-            )
+            with _environment(SERVELAB_CHAPTER=source.stem, SERVELAB_TRACE=str(trace),
+                              SERVELAB_I18N_DRAWN=str(trace.with_name("drawn.txt"))):
+                papermill.execute_notebook(
+                    str(unexecuted), str(executed), parameters=parameters, cwd=str(source.parent),
+                    kernel_name="python3", execution_timeout=timeout, progress_bar=False,
+                )
         except papermill.PapermillExecutionError as err:
             evalue = (str(err.evalue).strip().splitlines() or [""])[0]
             raise NotebookFailed(f"{source.name}: cell {err.exec_count} raised {err.ename}: {evalue}; "
                                  f"{output.name} was left as it was") from err
+        _record(executed, source, profile, parameters, trace)
         os.replace(executed, output)
     return output
 

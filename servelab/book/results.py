@@ -23,6 +23,21 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _trace(op: str, path: Path) -> None:
+    """While `chapters.execute` runs a chapter (SERVELAB_TRACE names a file), note each result it saves or reads:
+    its execution key covers the results of other chapters it read."""
+    if trace := os.environ.get("SERVELAB_TRACE"):
+        with open(trace, "a") as f:
+            where = Path(path).resolve().relative_to(results_dir().resolve())
+            f.write(json.dumps({"op": op, "path": str(where)}) + "\n")
+
+
+def note_read(path: Path) -> Path:
+    """Call before reading a result another chapter saved (results/<profile>/<file>); returns it."""
+    _trace("read", path)
+    return path
+
+
 def save(name: str, data: pd.DataFrame | dict | list, profile: Profile, **notes: Any) -> Path:
     """Write results/<profile>/<name>.csv (a table) or .json, and <name>.meta.json beside it."""
     if not name.replace("-", "").replace("_", "").isalnum():
@@ -34,6 +49,15 @@ def save(name: str, data: pd.DataFrame | dict | list, profile: Profile, **notes:
     else:
         path = folder / f"{name}.json"
         _atomic_write(path, json.dumps(data, indent=2, default=str))
-    meta = {"name": name, "file": path.name, **provenance(profile), **notes}
+    chapter = {"chapter": os.environ["SERVELAB_CHAPTER"]} if os.environ.get("SERVELAB_CHAPTER") else {}
+    meta = {"name": name, "file": path.name, **provenance(profile), **chapter, **notes}
     _atomic_write(folder / f"{name}.meta.json", json.dumps(meta, indent=2, default=str))
+    _trace("save", path)
+    _trace("save", folder / f"{name}.meta.json")
     return path
+
+
+def stamp(meta_path: Path, **fields: Any) -> None:
+    """Add `fields` (the execution key) to a saved result's .meta.json once the chapter that saved it finished."""
+    meta = json.loads(meta_path.read_text())
+    _atomic_write(meta_path, json.dumps({**meta, **fields}, indent=2, default=str))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from servelab.book import claims
+from servelab.book import claims, results
 from servelab.machine.profiles import Profile
 
 TIE = 0.10  # ratios within 10% of 1 lean to neither engine: single runs on a shared machine
@@ -39,7 +39,7 @@ class MissingColumn(KeyError):
 
 
 def _csv(folder: Path, name: str, needs: tuple[str, ...] = ()) -> pd.DataFrame | None:
-    path = folder / f"{name}.csv"
+    path = results.note_read(folder / f"{name}.csv")
     if not path.is_file():
         return None
     table = pd.read_csv(path)

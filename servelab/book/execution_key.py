@@ -1,0 +1,191 @@
+"""Execution keys: everything an executed chapter depends on, hashed, so that only a changed chapter is re-run.
+
+A chapter's inputs are its jupytext source; every servelab module it imports, followed transitively (imports
+inside functions too) with the packages' `__init__` files; the files those modules name in their strings
+(engine-side scripts run inside an engine venv, the SGLang stand-in, data files under `servelab/data/`);
+every pins file and lock once `engine_envs.toml` is among them; the kernel venv's lock; and the results of
+other chapters it read while it ran (recorded then, see `servelab.book.results`). The key is a hash of
+those files' contents and the profile. `chapters.execute` records it in the executed notebook's metadata
+(`servelab`: key, inputs, reads, saves, time) and in every result the run saved.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servelab.machine.locks import KERNEL, LOCKS
+from servelab.machine.paths import DATA, REPO
+
+PACKAGE = REPO / "servelab"
+# Code that is not imported but run by path (inside an engine venv); named by file name in strings.
+BY_NAME = [PACKAGE / "engines" / "engine_side", PACKAGE / "machine" / "venv_scripts"]
+STAND_IN = PACKAGE / "engines" / "sgl_kernel_stand_in"
+METADATA = "servelab"
+
+
+def _module_file(dotted: str) -> Path | None:
+    base = REPO.joinpath(*dotted.split("."))
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return None
+
+
+def _with_packages(path: Path) -> list[Path]:
+    """`path` and the `__init__.py` of every package above it (importing a module runs them)."""
+    found = [path]
+    for parent in path.parents:
+        if parent == REPO or not (parent / "__init__.py").is_file():
+            break
+        found.append(parent / "__init__.py")
+    return found
+
+
+def _parse(path: Path, chapter: bool) -> ast.Module:
+    if chapter:
+        import jupytext  # a chapter source: parse its code cells, not its markdown
+
+        nb = jupytext.read(path)
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        return ast.parse("\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    return ast.parse(path.read_text())
+
+
+def _imports_and_strings(tree: ast.Module, here: Path) -> tuple[list[Path], list[str], list[re.Pattern]]:
+    """The files `tree` imports, its string constants, and its f-strings as patterns."""
+    files: list[Path] = []
+    strings: list[str] = []
+    patterns: list[re.Pattern] = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        for name in names:
+            if name.split(".")[0] == "servelab" and (found := _module_file(name)):
+                files += _with_packages(found)
+            elif (here / f"{name}.py").is_file():  # an engine-side script's sibling
+                files.append(here / f"{name}.py")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            parts = [re.escape(v.value) if isinstance(v, ast.Constant) else ".*" for v in node.values]
+            patterns.append(re.compile("".join(parts)))
+    return files, strings, patterns
+
+
+def _named_files() -> list[Path]:
+    return [p for folder in BY_NAME for p in sorted(folder.glob("*.py")) if p.name != "__init__.py"]
+
+
+def closure(source: Path) -> list[Path]:
+    """Every file the chapter at `source` depends on (see the module docstring), sorted."""
+    named, data = _named_files(), sorted(DATA.glob("*.toml"))
+    seen: set[Path] = set()
+    todo = [source]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        files, strings, patterns = _imports_and_strings(_parse(path, path == source), path.parent)
+        text = "\n".join(strings)
+        todo += [f for f in files if f not in seen]
+        todo += [f for f in named if f.name in text or any(p.fullmatch(f.name) for p in patterns)]
+        seen.update(f for f in data if f.name in text)
+        if STAND_IN.name in text:
+            seen.update(p for p in STAND_IN.rglob("*.py"))
+    if DATA / "engine_envs.toml" in seen:
+        seen.update(DATA.glob("pins/*.txt"))
+        seen.update(LOCKS.glob("*.txt"))
+    seen.add(LOCKS / f"{KERNEL}.txt")
+    return sorted(seen)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def inputs(source: Path) -> dict[str, str]:
+    """`repo-relative path -> content hash` for every file of the chapter's closure."""
+    return {_name(p): digest(p) for p in closure(source)}
+
+
+def read_digests(reads: list[str]) -> dict[str, str]:
+    """The current content hash of each repo-relative result a chapter read ("missing" when it is gone)."""
+    return {r: digest(REPO / r) if (REPO / r).is_file() else "missing" for r in reads}
+
+
+def key(files: dict[str, str], reads: dict[str, str], profile: str) -> str:
+    text = json.dumps({"inputs": files, "reads": reads, "profile": profile}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def recorded(notebook: Path) -> dict[str, Any] | None:
+    """The `servelab` metadata an executed notebook carries, or None when it was executed without one."""
+    if not notebook.is_file():
+        return None
+    return json.loads(notebook.read_text()).get("metadata", {}).get(METADATA)
+
+
+@dataclass(frozen=True)
+class Status:
+    chapter: str
+    key: str
+    why: str  # "" when the committed notebook is current
+
+    @property
+    def current(self) -> bool:
+        return not self.why
+
+
+def _changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    return sorted(f"{p} {'changed' if p in old and p in new else 'added' if p in new else 'removed'}"
+                  for p in set(old) | set(new) if old.get(p) != new.get(p))
+
+
+def status(source: Path, profile: str) -> Status:
+    """Whether the committed notebook of `source` was executed with the inputs it has now, and if not why."""
+    meta = recorded(source.with_suffix(".ipynb"))
+    files = inputs(source)
+    reads = read_digests(sorted((meta or {}).get("reads", {})))
+    now = key(files, reads, profile)
+    if meta is None:
+        return Status(source.stem, now, "no execution key recorded")
+    if meta.get("profile") != profile:
+        return Status(source.stem, now, f"executed on profile {meta.get('profile')}, not {profile}")
+    if meta.get("key") == now:
+        return Status(source.stem, now, "")
+    changed = _changes(meta.get("inputs", {}), files) + _changes(meta.get("reads", {}), reads)
+    why = "; ".join(changed[:3]) + (f"; {len(changed) - 3} more" if len(changed) > 3 else "")
+    return Status(source.stem, now, why or "key differs")
+
+
+def plan(sources: list[Path], profile: str, everything: bool = False) -> list[Status]:
+    """Each chapter's status; a chapter that reads results a re-executed chapter saves is re-executed too."""
+    found = {s.stem: (status(s, profile) if not everything else Status(s.stem, "", "--all")) for s in sources}
+    saves = {s.stem: set((recorded(s.with_suffix(".ipynb")) or {}).get("saves", [])) for s in sources}
+    reads = {s.stem: set((recorded(s.with_suffix(".ipynb")) or {}).get("reads", {})) for s in sources}
+    changed = True
+    while changed:
+        changed = False
+        for name, st in found.items():
+            if not st.current:
+                continue
+            upstream = [o for o, s in found.items() if not s.current and reads[name] & saves[o]]
+            if upstream:
+                found[name] = Status(name, st.key, f"reads results of {', '.join(upstream)}, re-executed")
+                changed = True
+    return list(found.values())
