@@ -15,10 +15,12 @@ engine venv or the model fails (`./test.sh --fast` sets it). And a test that ask
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -34,6 +36,20 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("SERVELAB_FAST") == "1":
         _fast_home = tempfile.mkdtemp(prefix="servelab-fast-home-")
         os.environ["SERVELAB_HOME"] = _fast_home
+    # Every engine start of the session (tests and the notebooks' kernels, which inherit it) is noted here.
+    os.environ.setdefault("SERVELAB_START_LOG", tempfile.mkstemp(prefix="servelab-starts-", suffix=".jsonl")[1])
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    path = os.environ.get("SERVELAB_START_LOG", "")
+    noted = [json.loads(line) for line in open(path)] if os.path.isfile(path) else []
+    envs = str(engine_envs.get(profiles.load("cpu").vllm_env).path.parent)
+    starts = [s for s in noted if s["argv"][0].startswith(envs)]  # not the lifecycle tests' stand-in engine
+    by_engine = Counter(s["engine"] for s in starts)
+    by_file = Counter(s["by"].split("::")[0] for s in starts)
+    terminalreporter.write_line(
+        f"engine starts: {len(starts)} real, {len(noted) - len(starts)} stand-in; real ({', '.join(f'{e} {n}' for e, n in sorted(by_engine.items())) or 'none'})"
+        + "".join(f"\n  {n:3d}  {who}" for who, n in by_file.most_common()))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

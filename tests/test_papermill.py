@@ -1,54 +1,60 @@
-"""One chapter executed with a non-default parameter, the way a reader or CI would run it: its Japanese copy
-(markdown from the catalogs, code identical), so the same run also shows a translated notebook executes and that
-every label it draws is in the `servelab` catalog."""
+"""Chapters run with other parameters and in other languages, proven without executing a chapter a second time:
+papermill puts a non-default parameter where the chapter reads it, every label a chapter drew when it was
+executed is translated in every catalog, and what the committed run saved names the pinned engines. (Code of
+a translated notebook is byte-identical to English: tests/test_translations.py; a real papermill run with a
+parameter: tests/test_execution_key.py; the engine side of a partial-block budget: test_measure_kv_capacity.)"""
 
 from __future__ import annotations
 
 import json
 
-import jupytext
 import nbformat
+import papermill
 import pytest
 
-from servelab.book import catalogs, chapters, translated_notebooks
+from servelab.book import catalogs, chapters, execution_key, translated_notebooks
+from servelab.machine.paths import REPO
 from tests.conftest import pinned_version
 
+SOURCES = chapters.sources()
 
-@pytest.mark.server
-def test_kv_chapter_with_a_smaller_budget(tmp_path, monkeypatch, cpu, require_engine):
-    require_engine("vllm")
-    require_engine("sglang")
-    monkeypatch.setenv("SERVELAB_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setenv("SERVELAB_LANG", "ja")
-    monkeypatch.setenv("SERVELAB_I18N_MISSES", str(tmp_path / "misses.tsv"))
-    [source] = translated_notebooks.write("ja", ["01_kv_cache_memory"], out=tmp_path)
-    budget = 5952  # tokens: 46.5 blocks of vLLM's 128 on the cpu profile: vLLM drops the half block, SGLang keeps it
-    out = chapters.execute(source, output=tmp_path / "01.ipynb",
-                           parameters={"profile": "cpu", "kv_cache_tokens": budget})
 
-    nb = nbformat.read(out, as_version=4)
-    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
-    assert injected and f"kv_cache_tokens = {budget}" in injected[0].source
-    check = json.loads((tmp_path / "results" / "cpu" / "kv_capacity_check.json").read_text())
-    meta = json.loads((tmp_path / "results" / "cpu" / "kv_capacity_check.meta.json").read_text())
-    assert check["kv_cache_tokens"] == budget
-    assert check["engine_tokens"] == check["planned_tokens"], check
-    assert budget - check["block_size"] < check["planned_tokens"] < budget, check  # whole blocks, remainder dropped
-    sgl = json.loads((tmp_path / "results" / "cpu" / "kv_capacity_check_sglang.json").read_text())
-    assert sgl["engine_tokens"] == budget, sgl  # pages of one token keep every token
-    assert meta["profile"] == "cpu"
-    assert meta["vllm"].split("+")[0] == pinned_version(cpu.vllm_env), meta["vllm"]
-    assert not list(tmp_path.glob(".01_kv_cache_memory-*")), "temporary files left behind"
+def test_a_translated_chapter_takes_a_non_default_parameter_where_it_reads_it(tmp_path):
+    [path] = translated_notebooks.write("ja", ["01_kv_cache_memory"], out=tmp_path)
+    nb = papermill.parameterize.parameterize_notebook(nbformat.read(path, as_version=4),
+                                                      {"profile": "cpu", "kv_cache_tokens": 5952})
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    at = next(i for i, t in enumerate(tags) if "injected-parameters" in t)
+    assert "parameters" in tags[at - 1], "the override follows the chapter's own parameters cell"
+    assert "kv_cache_tokens = 5952" in nb.cells[at].source and 'profile = "cpu"' in nb.cells[at].source
+    assert "kv_cache_tokens = " in nb.cells[at - 1].source, "the parameter is a knob the chapter declares"
+    later = [c.source for c in nb.cells[at + 1:] if c.cell_type == "code"]
+    assert any("kv_cache_tokens" in src for src in later), "and the chapter uses it"
 
-    english = jupytext.read(chapters.NOTEBOOKS / "01_kv_cache_memory.py")
-    ran = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
-    assert [c.source for c in ran if c.cell_type == "code"] == [
-        c.source for c in english.cells if c.cell_type == "code"]
-    assert [c.source for c in ran if c.cell_type == "markdown"] == [
-        c.source for c in nbformat.read(source, as_version=4).cells if c.cell_type == "markdown"]
-    drawn = (tmp_path / "misses.tsv").read_text().splitlines() if (tmp_path / "misses.tsv").exists() else []
-    known = {m.id for m in catalogs.read(catalogs.po_path("ja", catalogs.CODE_DOMAIN)) if m.id}
-    assert {line.split("\t", 1)[1] for line in drawn} <= known, "labels drawn at run time that no catalog holds"
+
+@pytest.mark.parametrize("lang", catalogs.TRANSLATED)
+def test_every_label_a_chapter_drew_is_translated(lang):
+    known = catalogs.translation(lang, catalogs.CODE_DOMAIN)
+    for source in SOURCES:
+        meta = execution_key.recorded(source.with_suffix(".ipynb"))
+        assert meta and "drawn" in meta, f"{source.stem}: executed without a record of its labels"
+        missing = [m for m in meta["drawn"] if m not in known and not catalogs.verbatim(m)]
+        assert missing == [], f"{source.stem} draws labels the {lang} catalog does not translate"
+
+
+def test_every_chapter_drew_a_label():
+    """The record is real: a chapter's banner alone asks for translated words."""
+    assert all(execution_key.recorded(s.with_suffix(".ipynb"))["drawn"] for s in SOURCES)
+
+
+def test_committed_results_name_the_pinned_engines(cpu):
+    metas = sorted((REPO / "results" / "cpu").glob("*.meta.json"))
+    assert metas
+    for path in metas:
+        meta = json.loads(path.read_text())
+        assert meta["profile"] == "cpu", path.name
+        assert meta["vllm"].split("+")[0] == pinned_version(cpu.vllm_env), path.name
+        assert meta["sglang"] == pinned_version(cpu.sglang_env), path.name
 
 
 def test_unknown_notebook_is_one_line():

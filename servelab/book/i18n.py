@@ -7,7 +7,9 @@ comes from SERVELAB_LANG (en, ja, ko, de, es); unset, a kernel whose working fol
 notebooks folder (`notebooks/ja/`, written by `python -m servelab translations notebooks`) uses that
 folder's language, so a translated notebook plots in its language with code identical to English.
 A message without a finished translation comes back in English; with SERVELAB_I18N_MISSES=path,
-each such message is also appended to that file (a test reads it).
+each such message is also appended to that file (a test reads it). With SERVELAB_I18N_DRAWN=path every
+message asked for, in any language, is appended there: `chapters.execute` records what a chapter drew, and
+a test checks that each catalog translates it, without running the chapter in that language.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def _catalog(lang: str) -> dict[str, str]:
 def t(message: str) -> str:
     """`message` in the reader's language."""
     lang = language()
+    if drawn := os.environ.get("SERVELAB_I18N_DRAWN"):
+        with open(drawn, "a", encoding="utf-8") as f:
+            f.write(message.replace("\n", "\\n") + "\n")
     found = _catalog(lang).get(message)
     if found is None and lang != "en" and (misses := os.environ.get("SERVELAB_I18N_MISSES")):
         with open(misses, "a", encoding="utf-8") as f:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -45,6 +46,14 @@ class EngineStartError(RuntimeError):
 
 class PortInUse(RuntimeError):
     pass
+
+
+def _note_start(engine: str, argv: list[str]) -> None:
+    """With SERVELAB_START_LOG set (the tests set it), append one line per engine start: who started what."""
+    if log := os.environ.get("SERVELAB_START_LOG"):
+        who = os.environ.get("SERVELAB_CHAPTER") or os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+        with open(log, "a") as f:
+            f.write(json.dumps({"engine": engine, "by": who, "argv": argv}) + "\n")
 
 
 class ServerAlreadyRunning(RuntimeError):
@@ -157,6 +166,7 @@ class Server:
         argv = [sys.executable, str(GUARD), str(os.getpid()), str(self.grace), str(self.stop_file),
                 "--", *self.spec.argv]
         t0 = time.monotonic()
+        _note_start(self.engine, self.spec.argv)
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True, stdin=subprocess.DEVNULL)

@@ -59,7 +59,8 @@ def expected_tokens(alpha: ArrayLike, k: int) -> ArrayLike:
     where the closed form divides zero by zero.
     """
     a, k = _alpha(alpha), int_at_least("k (draft tokens per step)", k, 0)
-    out = np.sum(a[..., None] ** np.arange(k + 1), axis=-1)
+    # Summed in order (cumsum), not pairwise (np.sum): then one more draft or a higher alpha never rounds lower.
+    out = np.cumsum(a[..., None] ** np.arange(k + 1), axis=-1)[..., -1]
     return float(out) if out.ndim == 0 else out
 
 
