@@ -37,18 +37,22 @@ def pytest_configure(config: pytest.Config) -> None:
         _fast_home = tempfile.mkdtemp(prefix="servelab-fast-home-")
         os.environ["SERVELAB_HOME"] = _fast_home
     # Every engine start of the session (tests and the notebooks' kernels, which inherit it) is noted here.
-    os.environ.setdefault("SERVELAB_START_LOG", tempfile.mkstemp(prefix="servelab-starts-", suffix=".jsonl")[1])
+    if "SERVELAB_START_LOG" not in os.environ:
+        fd, os.environ["SERVELAB_START_LOG"] = tempfile.mkstemp(prefix="servelab-starts-", suffix=".jsonl")
+        os.close(fd)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     path = os.environ.get("SERVELAB_START_LOG", "")
-    noted = [json.loads(line) for line in open(path)] if os.path.isfile(path) else []
+    with open(path if os.path.isfile(path) else os.devnull) as f:
+        noted = [json.loads(line) for line in f]
     envs = str(engine_envs.get(profiles.load("cpu").vllm_env).path.parent)
     starts = [s for s in noted if s["argv"][0].startswith(envs)]  # not the lifecycle tests' stand-in engine
     by_engine = Counter(s["engine"] for s in starts)
     by_file = Counter(s["by"].split("::")[0] for s in starts)
+    engines = ", ".join(f"{e} {n}" for e, n in sorted(by_engine.items())) or "none"
     terminalreporter.write_line(
-        f"engine starts: {len(starts)} real, {len(noted) - len(starts)} stand-in; real ({', '.join(f'{e} {n}' for e, n in sorted(by_engine.items())) or 'none'})"
+        f"engine starts: {len(starts)} real ({engines}), {len(noted) - len(starts)} of the lifecycle tests' stand-in"
         + "".join(f"\n  {n:3d}  {who}" for who, n in by_file.most_common()))
 
 
@@ -82,6 +86,31 @@ def require_engine(cpu: profiles.Profile) -> Callable[[str], None]:
         models.resolve(cpu.model)
 
     return require
+
+
+PARTIAL_BUDGET = 5000  # KV tokens: 39.06 of vLLM's 128-token CPU blocks, so the rounding to whole blocks shows
+
+
+@pytest.fixture(scope="session")
+def live(cpu: profiles.Profile, require_engine: Callable[[str], None]) -> dict[str, dict]:
+    """The session's shared servers: each engine started once with a KV budget of PARTIAL_BUDGET tokens, asked
+    the fixed questions, then stopped; what the tests read of them. A test that needs other options, or must
+    kill its server, starts its own."""
+    from servelab.engines import server
+    from servelab.engines.guard import still_running
+    from servelab.measure.kv_capacity import engine_capacity
+    from servelab.measure.setup_check import greedy_answers
+    from servelab.measure.workloads import QUESTIONS
+
+    out = {}
+    for engine in ("vllm", "sglang"):
+        require_engine(engine)
+        with server.running(engine, cpu, kv_cache_tokens=PARTIAL_BUDGET) as srv:
+            pids = srv.pids()
+            out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version(),
+                           "capacity": engine_capacity(srv)}
+        out[engine]["alive_after"] = still_running(pids)
+    return out
 
 
 def pinned_version(env_name: str, dist: str | None = None) -> str:

@@ -1,33 +1,16 @@
-"""Both engines live on the cpu profile: greedy agreement with transformers, the KV pool each built for the
-profile's budget, and clean teardown."""
+"""Both engines live on the cpu profile: greedy agreement with transformers, the KV pool each built for a
+budget of partial blocks, and clean teardown. The servers are the session's shared ones (`live` in conftest)."""
 
 from __future__ import annotations
 
 import pytest
 
-from servelab.engines import server
-from servelab.engines.guard import still_running
-from servelab.measure.kv_capacity import engine_capacity
-from servelab.measure.setup_check import agreement, greedy_answers, reference_answers
+from servelab.measure.setup_check import agreement, reference_answers
 from servelab.measure.workloads import QUESTIONS
 from servelab.sim.kv_memory import tokens_held
-from tests.conftest import pinned_version
+from tests.conftest import PARTIAL_BUDGET, pinned_version
 
 pytestmark = pytest.mark.server  # every test here reads what the `live` servers answered
-
-
-@pytest.fixture(scope="module")
-def live(cpu, require_engine) -> dict[str, dict]:
-    """Start each engine once, ask the fixed questions, stop it; keep what the tests need."""
-    out = {}
-    for engine in ("vllm", "sglang"):
-        require_engine(engine)
-        with server.running(engine, cpu) as srv:
-            pids = srv.pids()
-            out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version(),
-                           "capacity": engine_capacity(srv)}
-        out[engine]["alive_after"] = still_running(pids)
-    return out
 
 
 def test_greedy_outputs_of_both_engines_and_transformers_are_identical(live, cpu):
@@ -52,6 +35,6 @@ def test_each_engine_builds_the_kv_pool_the_planner_predicts_for_the_same_budget
     its own per-token size; SGLang gets it as --max-total-tokens and pages by one token."""
     built = live[engine]["capacity"]
     assert built["blocks"] * built["block_size"] == built["tokens"]
-    assert built["tokens"] == tokens_held(cpu.kv_cache_tokens, built["block_size"])
+    assert built["tokens"] == tokens_held(PARTIAL_BUDGET, built["block_size"])
     if engine == "sglang":
         assert built["block_size"] == 1  # SGLang's --page-size resolves to 1 on this profile: token granularity

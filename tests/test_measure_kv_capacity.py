@@ -9,10 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from servelab.engines import server
 from servelab.measure import kv_capacity
 from servelab.sim.kv_memory import tokens_held
-from tests.conftest import pinned_version
+from tests.conftest import PARTIAL_BUDGET, pinned_version
 
 VLLM_METRICS = ('# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n'
                 '# TYPE vllm:cache_config_info gauge\n'
@@ -97,20 +96,17 @@ def test_vllm_cache_defaults_come_from_its_engine_args(cpu, require_engine):
 
 @pytest.mark.server
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_a_budget_of_partial_blocks_is_rounded_down_to_whole_blocks(cpu, require_engine, engine):
-    """5000 tokens is not a whole number of vLLM's CPU blocks: vLLM keeps whole blocks; SGLang pages by one
-    token (its page size resolves to 1) and keeps all of them."""
-    require_engine(engine)
-    budget = 5000
-    with server.running(engine, cpu, kv_cache_tokens=budget) as srv:
-        built = kv_capacity.engine_capacity(srv)
+def test_a_budget_of_partial_blocks_is_rounded_down_to_whole_blocks(live, engine):
+    """PARTIAL_BUDGET is not a whole number of vLLM's CPU blocks: vLLM keeps whole blocks; SGLang pages by one
+    token (its page size resolves to 1) and keeps all of them. (The session's shared servers run at it.)"""
+    budget, built = PARTIAL_BUDGET, live[engine]["capacity"]
     assert built["tokens"] == tokens_held(budget, built["block_size"])
     assert budget - built["block_size"] < built["tokens"] <= budget
     assert built["usable"] == built["tokens"] - kv_capacity.RESERVED_BLOCKS[engine] * built["block_size"]
     if engine == "sglang":
         assert built["block_size"] == 1 and built["tokens"] == budget
     else:
-        assert built["tokens"] < budget  # 5000 is no multiple of the CPU block: the remainder is dropped
+        assert built["tokens"] < budget  # not a multiple of the CPU block: the remainder is dropped
 
 
 def test_first_exception_is_the_root_cause_not_what_follows():

@@ -67,14 +67,14 @@ def _drawn(path: Path) -> list[str]:
     return sorted({line.replace("\\n", "\n") for line in lines})
 
 
-def _record(executed: Path, source: Path, profile: str, parameters: dict[str, Any], trace: Path) -> str:
+def _record(executed: Path, source: Path, files: dict[str, str], profile: str, parameters: dict[str, Any],
+            trace: Path) -> str:
     """Write the execution key and what it covers into the executed notebook; stamp the results it saved."""
     import nbformat
 
     saves, reads = _trace(trace)
     here = results_dir().resolve() == (REPO / "results").resolve()  # reads are keyed by the committed results
     read_hashes = execution_key.read_digests(reads) if here else {r: "outside the repository" for r in reads}
-    files = execution_key.inputs(source)
     key = execution_key.key(files, read_hashes, profile)
     nb = nbformat.read(executed, as_version=4)
     nb.metadata[execution_key.METADATA] = {
@@ -98,6 +98,7 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
     parameters = parameters or {}
     profile = profiles.load(parameters.get("profile", "auto")).name
     notebook = jupytext.read(source)
+    files = execution_key.inputs(source)  # before the run: what it ran with, even if a file changes meanwhile
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{source.stem}-") as tmp:
         unexecuted, executed, trace = Path(tmp) / "in.ipynb", Path(tmp) / "out.ipynb", Path(tmp) / "trace.jsonl"
         jupytext.write(notebook, unexecuted)
@@ -112,7 +113,7 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
             evalue = (str(err.evalue).strip().splitlines() or [""])[0]
             raise NotebookFailed(f"{source.name}: cell {err.exec_count} raised {err.ename}: {evalue}; "
                                  f"{output.name} was left as it was") from err
-        _record(executed, source, profile, parameters, trace)
+        _record(executed, source, files, profile, parameters, trace)
         os.replace(executed, output)
     return output
 
