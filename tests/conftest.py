@@ -92,24 +92,30 @@ PARTIAL_BUDGET = 5000  # KV tokens: 39.06 of vLLM's 128-token CPU blocks, so the
 
 
 @pytest.fixture(scope="session")
-def live(cpu: profiles.Profile, require_engine: Callable[[str], None]) -> dict[str, dict]:
+def live(cpu: profiles.Profile, require_engine: Callable[[str], None],
+         tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """The session's shared servers: each engine started once with a KV budget of PARTIAL_BUDGET tokens, asked
-    the fixed questions, then stopped; what the tests read of them. A test that needs other options, or must
-    kill its server, starts its own."""
+    the fixed questions, then stopped; what the tests read of them. SGLang serves with a recorder round its
+    sgl_kernel stand-in (tests/sgl_recorder.py), which changes no computation. A test that needs other options,
+    or must kill its server, starts its own."""
     from servelab.engines import server
     from servelab.engines.guard import still_running
     from servelab.measure.kv_capacity import engine_capacity
     from servelab.measure.setup_check import greedy_answers
     from servelab.measure.workloads import QUESTIONS
+    from tests import sgl_recorder
 
+    record_env, record = sgl_recorder.server_env(tmp_path_factory.mktemp("sgl-record"))
     out = {}
     for engine in ("vllm", "sglang"):
         require_engine(engine)
-        with server.running(engine, cpu, kv_cache_tokens=PARTIAL_BUDGET) as srv:
+        env = record_env if engine == "sglang" else None
+        with server.running(engine, cpu, kv_cache_tokens=PARTIAL_BUDGET, env=env) as srv:
             pids = srv.pids()
             out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version(),
                            "capacity": engine_capacity(srv)}
         out[engine]["alive_after"] = still_running(pids)
+    out["sglang"]["stand_in_record"] = sgl_recorder.read_record(record)
     return out
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from servelab.engines import launch
-from servelab.engines.client import chat
-from servelab.engines.server import running
 from servelab.machine import engine_envs
+from tests.sgl_recorder import RECORDER, read_record
 
 STAND_IN = launch.SGL_STAND_IN
 SGL_PY = engine_envs.get("sglang-cpu").python
@@ -35,49 +34,6 @@ def _needs_sglang_venv(require_engine) -> None:
 # imports every model module at start.
 TOLERATED_PROBES = {"rmsnorm"}
 
-# Installed in front of the real stand-in: turns the module into one that logs every name SGLang asks of it
-# (present or not), every `sgl_kernel.<sub>` import attempt, and the first call of each provided op.
-# SERVELAB_SGL_RECORD names the log file (one JSON object per line).
-RECORDER = """
-import importlib.abc, json, os, sys, types
-_log_path = os.environ["SERVELAB_SGL_RECORD"]
-
-def _log(kind, name):
-    with open(_log_path, "a") as f:
-        f.write(json.dumps({"pid": os.getpid(), "kind": kind, "name": name}) + "\\n")
-
-class _SubmoduleSpy(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.startswith("sgl_kernel."):
-            _log("submodule", fullname)
-        return None
-
-sys.meta_path.insert(0, _SubmoduleSpy())
-import sgl_kernel as _sk
-_PINNED = {"version": _sk.SGLANG_VERSION, "ops": _sk.OPS, "unsupported": _sk.UNSUPPORTED}
-
-def _spy(name, fn):
-    called = []
-    def wrapper(*args, **kwargs):
-        if not called:
-            called.append(True)
-            _log("call", name)
-        return fn(*args, **kwargs)
-    return wrapper
-
-for _n in _sk.OPS + _sk.UNSUPPORTED:
-    setattr(_sk, _n, _spy(_n, getattr(_sk, _n)))
-
-class _Recording(types.ModuleType):
-    def __getattribute__(self, name):
-        if not name.startswith("__"):
-            _log("get", name)
-        return super().__getattribute__(name)
-
-_sk.__class__ = _Recording
-"""
-
-
 def run_sgl(code: str, env: dict[str, str] | None = None, cpu_engine: bool = True, timeout: int = 300) -> str:
     """Run `code` under the sglang venv with the stand-in first on the path; return stdout, fail on error."""
     full = dict(os.environ, PYTHONPATH=str(STAND_IN), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", **(env or {}))
@@ -90,15 +46,6 @@ def run_sgl(code: str, env: dict[str, str] | None = None, cpu_engine: bool = Tru
     tail = f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, f"exit {proc.returncode}\n{tail}"
     return proc.stdout
-
-
-def read_record(path: Path) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {"get": set(), "submodule": set(), "call": set()}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            rec = json.loads(line)
-            out[rec["kind"]].add(rec["name"])
-    return out
 
 
 # (a) numeric semantics ---------------------------------------------------------------------------------
@@ -244,24 +191,16 @@ def test_stand_in_covers_what_the_cpu_server_imports(tmp_path: Path) -> None:
 
 
 @pytest.mark.server
-def test_real_cpu_server_runs_on_the_stand_in(tmp_path: Path, cpu) -> None:
-    """Start the real SGLang server on the stand-in, serve one greedy chat request, and check that nothing
-    beyond the stand-in was asked for at request time and that plain serving calls none of its ops."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
-        "import os\nif os.environ.get('SGLANG_USE_CPU_ENGINE') == '1':\n" + textwrap.indent(RECORDER, "    ")
-    )
-    log = tmp_path / "record.jsonl"
-    env = {"SERVELAB_SGL_RECORD": str(log), "PYTHONPATH": f"{site}{os.pathsep}{STAND_IN}"}
-    with running("sglang", cpu, env=env, kv_cache_tokens=2 * cpu.max_model_len) as srv:
-        answer = chat(srv, "What is the capital of France?", max_tokens=30)
-    rec = read_record(log)
+def test_real_cpu_server_runs_on_the_stand_in(live) -> None:
+    """The session's shared SGLang server runs with a recorder wrapped round the stand-in (conftest `live`) and
+    answered greedy chat requests: nothing beyond the stand-in was asked for at request time, and plain
+    serving called none of its ops."""
+    rec = live["sglang"]["stand_in_record"]
     assert rec["get"], "recorder saw nothing: the stand-in was not imported by the server"
     assert not rec["get"] - set(_provided()) - TOLERATED_PROBES, rec["get"]
     assert not rec["submodule"], rec["submodule"]
     assert not rec["call"], f"plain serving called stand-in ops: {rec['call']}"
-    assert "Paris" in answer, answer
+    assert any("Paris" in answer for answer in live["sglang"]["answers"]), live["sglang"]["answers"]
 
 
 def _provided() -> tuple[str, ...]:
