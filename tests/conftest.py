@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections import Counter
@@ -25,7 +24,7 @@ from collections.abc import Callable
 
 import pytest
 
-from servelab.machine import engine_envs, models, profiles
+from servelab.machine import engine_envs, locks, models, profiles
 
 ENGINE_MARKERS = ("engine_venv", "server")
 _fast_home: str | None = None
@@ -122,13 +121,8 @@ def live(cpu: profiles.Profile, require_engine: Callable[[str], None],
 def pinned_version(env_name: str, dist: str | None = None) -> str:
     """The version the engine env's pins file fixes for `dist` (default: the env's engine itself)."""
     env = engine_envs.get(env_name)
-    wanted = {_canonical(d) for d in ([dist] if dist else engine_envs.ENGINE_DISTS[env.engine])}
-    for line in env.requirements.read_text().splitlines():
-        m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;#]+)", line)
-        if m and _canonical(m.group(1)) in wanted:
-            return m.group(2)
-    raise LookupError(f"{env.requirements} pins none of {sorted(wanted)}")
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    pinned = locks.pins(env.requirements)
+    for name in [dist] if dist else engine_envs.ENGINE_DISTS[env.engine]:
+        if locks.canonical(name) in pinned:
+            return pinned[locks.canonical(name)]
+    raise LookupError(f"{env.requirements} pins none of {[dist] if dist else engine_envs.ENGINE_DISTS[env.engine]}")
