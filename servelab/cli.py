@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("notebooks", help="execute the notebooks in place (papermill)")
     p_run.add_argument("--profile", default="auto")
     p_run.add_argument("names", nargs="*", help="notebook names (default: all in the table of contents)")
+    p_run.add_argument("--keep-going", action="store_true", help="run every chapter even after one fails")
     p_keys = sub.add_parser("keys", help="which committed notebooks are current, which to re-execute, and why")
     p_keys.add_argument("--profile", default="cpu")
     p_keys.add_argument("--all", action="store_true", help="re-execute every chapter")
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "notebooks":
             from servelab.book.chapters import run_notebooks
 
-            run_notebooks(args.profile, args.names)
+            run_notebooks(args.profile, args.names, keep_going=args.keep_going)
         elif args.command == "book":
             from servelab.book.chapters import build_book
 

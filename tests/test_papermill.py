@@ -62,13 +62,38 @@ def test_unknown_notebook_is_one_line():
         chapters.sources(["99_nope"])
 
 
-def test_failed_run_leaves_the_committed_notebook_untouched(tmp_path):
+def test_failed_run_leaves_the_committed_notebook_untouched_and_keeps_the_failed_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(chapters, "FAILED", tmp_path / "failed")
     source = tmp_path / "bad.py"
     source.write_text('# %% tags=["parameters"]\nprofile = "auto"\n\n# %%\nraise SystemExit("boom")\n')
     target = tmp_path / "bad.ipynb"
     target.write_text("original")
-    expected = "bad.py: cell 2 raised SystemExit: boom; bad.ipynb was left as it was"
-    with pytest.raises(chapters.NotebookFailed, match=expected):
+    expected = (f"bad.py: cell 2 raised SystemExit: boom; bad.ipynb was left as it was; "
+                f"the failed run is at {tmp_path / 'failed' / 'bad.ipynb'}")
+    with pytest.raises(chapters.NotebookFailed) as err:
         chapters.execute(source, output=target)
+    assert str(err.value) == expected
     assert target.read_text() == "original"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ipynb", "bad.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ipynb", "bad.py", "failed"]
+    kept = nbformat.read(tmp_path / "failed" / "bad.ipynb", as_version=4)
+    assert [o.ename for c in kept.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"] \
+        == ["SystemExit"]
+
+
+def test_keep_going_runs_every_chapter_and_names_each_failure(tmp_path, monkeypatch):
+    ran = []
+
+    def execute(source, parameters):
+        ran.append(source.stem)
+        if source.stem != "b":
+            raise chapters.NotebookFailed(f"{source.name}: cell 1 raised X")
+
+    monkeypatch.setattr(chapters, "sources", lambda names: [tmp_path / f"{n}.py" for n in "abc"])
+    monkeypatch.setattr(chapters, "execute", execute)
+    with pytest.raises(chapters.NotebookFailed, match=r"^2 of 3 chapters failed: a.py: cell 1 raised X \| c.py"):
+        chapters.run_notebooks("cpu", keep_going=True)
+    assert ran == ["a", "b", "c"]
+    ran.clear()
+    with pytest.raises(chapters.NotebookFailed, match="^a.py: cell 1 raised X$"):
+        chapters.run_notebooks("cpu")
+    assert ran == ["a"]

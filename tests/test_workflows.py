@@ -142,7 +142,8 @@ def test_gpu_workflow_runs_setup_papermill_and_checks_each_notebook_once() -> No
     lines = commands(workflow)
     bootstrap = lines.index("source scripts/bootstrap.sh")
     setup = next(i for i, c in enumerate(lines) if c.endswith('-m servelab setup --profile "$PROFILE"'))
-    execute = next(i for i, c in enumerate(lines) if c.endswith('-m servelab notebooks --profile "$PROFILE"'))
+    run_all = '-m servelab notebooks --profile "$PROFILE" --keep-going'
+    execute = next(i for i, c in enumerate(lines) if c.endswith(run_all))
     check = lines.index(CHECK_COMMAND)
     assert bootstrap < setup < execute < check
     assert not [c for c in lines if "nbval" in c], "a second execution of every notebook"
@@ -154,7 +155,11 @@ def test_gpu_workflow_runs_setup_papermill_and_checks_each_notebook_once() -> No
     assert any("SERVELAB_HOME=" in c and "runner.tool_cache" in c and "GITHUB_ENV" in c for c in lines)
     (upload,) = uses(workflow, "actions/upload-artifact")
     assert upload["if"] == "always()"
-    assert {"notebooks/*.ipynb", "results/"} <= set(upload["with"]["path"].split())
+    assert {"notebooks/*.ipynb", "results/", "_build/failed/", "${{ env.SERVELAB_HOME }}/logs/"} <= set(
+        upload["with"]["path"].splitlines())
+    assert notebooks["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
+    (python,) = uses(workflow, "actions/setup-python")
+    assert str(python["with"]["python-version"]) == "3.11"
 
 
 def test_readme_names_the_commands_the_workflows_run() -> None:

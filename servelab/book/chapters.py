@@ -88,6 +88,20 @@ def _record(executed: Path, source: Path, files: dict[str, str], profile: str, p
     return key
 
 
+FAILED = REPO / "_build" / "failed"
+
+
+def _keep_failed(executed: Path, source: Path) -> str:
+    """Keep what a failed run executed, error included, at _build/failed/NN_name.ipynb (never over the committed
+    notebook), for whoever reads the failure; returns the words that say where."""
+    if not executed.is_file():
+        return ""
+    FAILED.mkdir(parents=True, exist_ok=True)
+    target = FAILED / f"{source.stem}.ipynb"
+    os.replace(executed, target)
+    return f"; the failed run is at {target.relative_to(REPO) if target.is_relative_to(REPO) else target}"
+
+
 def execute(source: Path, output: Path | None = None, parameters: dict[str, Any] | None = None,
             timeout: int = 1800) -> Path:
     """Execute one jupytext source; write the executed notebook, with its execution key, to `output` atomically."""
@@ -111,23 +125,34 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
                 )
         except papermill.PapermillExecutionError as err:
             evalue = (str(err.evalue).strip().splitlines() or [""])[0]
+            kept = _keep_failed(executed, source)
             raise NotebookFailed(f"{source.name}: cell {err.exec_count} raised {err.ename}: {evalue}; "
-                                 f"{output.name} was left as it was") from err
+                                 f"{output.name} was left as it was{kept}") from err
         _record(executed, source, files, profile, parameters, trace)
         os.replace(executed, output)
     return output
 
 
-def run_notebooks(profile: str = "auto", names: list[str] | None = None) -> dict[str, float]:
-    """Execute the chapters in place on `profile`; returns seconds per notebook."""
+def run_notebooks(profile: str = "auto", names: list[str] | None = None, keep_going: bool = False) -> dict[str, float]:
+    """Execute the chapters in place on `profile`; returns seconds per notebook. With `keep_going`, a failed
+    chapter does not stop the ones after it: all run, then NotebookFailed names every one that failed."""
     times: dict[str, float] = {}
+    failed: list[str] = []
     parameters = {} if profile == "auto" else {"profile": profile}
     for source in sources(names):
         t0 = time.monotonic()
         print(f"[notebooks] {source.name} ...", flush=True)
-        execute(source, parameters=parameters)
+        try:
+            execute(source, parameters=parameters)
+        except NotebookFailed as err:
+            if not keep_going:
+                raise
+            failed.append(str(err))
+            print(f"[notebooks] FAILED {err}", flush=True)
         times[source.stem] = time.monotonic() - t0
         print(f"[notebooks] {source.stem}: {times[source.stem]:.0f} s", flush=True)
+    if failed:
+        raise NotebookFailed(f"{len(failed)} of {len(times)} chapters failed: " + " | ".join(failed))
     return times
 
 
