@@ -21,7 +21,7 @@ SOURCES = chapters.sources()
 
 def test_a_translated_chapter_takes_a_non_default_parameter_where_it_reads_it(tmp_path):
     [path] = translated_notebooks.write("ja", ["01_kv_cache_memory"], out=tmp_path)
-    nb = papermill.parameterize.parameterize_notebook(nbformat.read(path, as_version=4),
+    nb = papermill.parameterize.parameterize_notebook(papermill.iorw.load_notebook_node(str(path)),
                                                       {"profile": "cpu", "kv_cache_tokens": 5952})
     tags = [c.metadata.get("tags", []) for c in nb.cells]
     at = next(i for i, t in enumerate(tags) if "injected-parameters" in t)
