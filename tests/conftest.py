@@ -99,6 +99,7 @@ def live(cpu: profiles.Profile, require_engine: Callable[[str], None],
     or must kill its server, starts its own."""
     from servelab.engines import server
     from servelab.engines.guard import still_running
+    from servelab.engines.listening import listening
     from servelab.measure.kv_capacity import engine_capacity
     from servelab.measure.setup_check import greedy_answers
     from servelab.measure.workloads import QUESTIONS
@@ -112,7 +113,8 @@ def live(cpu: profiles.Profile, require_engine: Callable[[str], None],
         with server.running(engine, cpu, kv_cache_tokens=PARTIAL_BUDGET, env=env) as srv:
             pids = srv.pids()
             out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version(),
-                           "capacity": engine_capacity(srv)}
+                           "capacity": engine_capacity(srv), "port": srv.port,
+                           "listening": listening(srv.pids())}
         out[engine]["alive_after"] = still_running(pids)
     out["sglang"]["stand_in_record"] = sgl_recorder.read_record(record)
     return out

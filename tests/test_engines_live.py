@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from servelab.engines.listening import unexplained
 from servelab.measure.setup_check import agreement, reference_answers
 from servelab.measure.workloads import QUESTIONS
 from servelab.sim.kv_memory import tokens_held
@@ -38,3 +39,13 @@ def test_each_engine_builds_the_kv_pool_the_planner_predicts_for_the_same_budget
     assert built["tokens"] == tokens_held(PARTIAL_BUDGET, built["block_size"])
     if engine == "sglang":
         assert built["block_size"] == 1  # SGLang's --page-size resolves to 1 on this profile: token granularity
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_socket_beyond_loopback_is_named_with_its_reason(live, engine):
+    """While it served: the HTTP port on 127.0.0.1, and nothing on another interface that
+    servelab.engines.listening.BEYOND_LOOPBACK does not name."""
+    sockets = live[engine]["listening"]
+    assert [s for s in sockets if s.port == live[engine]["port"]] and all(
+        s.address == "127.0.0.1" for s in sockets if s.port == live[engine]["port"]), sockets
+    assert unexplained(engine, sockets) == [], sockets
