@@ -32,12 +32,23 @@ def test_a_translated_chapter_takes_a_non_default_parameter_where_it_reads_it(tm
     assert any("kv_cache_tokens" in src for src in later), "and the chapter uses it"
 
 
-@pytest.mark.parametrize("lang", catalogs.TRANSLATED)
-def test_every_label_a_chapter_drew_is_translated(lang):
-    known = catalogs.translation(lang, catalogs.CODE_DOMAIN)
-    for source in SOURCES:
-        meta = execution_key.recorded(source.with_suffix(".ipynb"))
-        assert meta and "drawn" in meta, f"{source.stem}: executed without a record of its labels"
+# Found when this check first covered every chapter (it covered 01 in Japanese before): these chapters pass
+# literal titles and legend names to drawing helpers (draw_block_tables, plot_request_lanes, draw_radix_tree, the
+# timeline's prefill/decode, the speculative methods' and tasks' names) that translate them at run time, but
+# code_messages does not extract them, and some helpers translate a title a second time after a number was
+# appended. A reader of the translated notebooks sees those labels in English. Issue 24, item 6 (figures in the
+# participant's language) owns the fix; strict: the test fails as soon as one of them is fixed, to be removed.
+UNTRANSLATED_LABELS = {"02_paged_attention", "03_prefix_caching", "04_chunked_prefill", "05_speculative_decoding"}
+
+
+@pytest.mark.parametrize("source", [
+    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason="labels drawn through helpers: issue 24, item 6"))
+    if s.stem in UNTRANSLATED_LABELS else s for s in SOURCES], ids=lambda p: p.stem)
+def test_every_label_a_chapter_drew_is_translated(source):
+    meta = execution_key.recorded(source.with_suffix(".ipynb"))
+    assert meta and "drawn" in meta, f"{source.stem}: executed without a record of its labels"
+    for lang in catalogs.TRANSLATED:
+        known = catalogs.translation(lang, catalogs.CODE_DOMAIN)
         missing = [m for m in meta["drawn"] if m not in known and not catalogs.verbatim(m)]
         assert missing == [], f"{source.stem} draws labels the {lang} catalog does not translate"
 
