@@ -75,7 +75,8 @@ def test_plan_re_executes_the_readers_of_a_re_executed_chapter(tmp_path, monkeyp
     _notebook(b.with_suffix(".ipynb"), {"saves": ["results/cpu/b.csv"], "reads": {"results/cpu/a.csv": "1"}})
     _notebook(c.with_suffix(".ipynb"), {"saves": [], "reads": {"results/cpu/b.csv": "1"}})
     stale = {"00_a": "servelab/measure/a.py changed"}
-    monkeypatch.setattr(execution_key, "status", lambda s, p: execution_key.Status(s.stem, "k", stale.get(s.stem, "")))
+    monkeypatch.setattr(execution_key, "status",
+                        lambda s, p, meta: execution_key.Status(s.stem, "k", stale.get(s.stem, "")))
     whys = [st.why for st in execution_key.plan([a, b, c], "cpu")]
     assert whys == ["servelab/measure/a.py changed", "reads results of 00_a, re-executed",
                     "reads results of 01_b, re-executed"]

@@ -156,9 +156,10 @@ def _changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
                   for p in set(old) | set(new) if old.get(p) != new.get(p))
 
 
-def status(source: Path, profile: str) -> Status:
-    """Whether the committed notebook of `source` was executed with the inputs it has now, and if not why."""
-    meta = recorded(source.with_suffix(".ipynb"))
+def status(source: Path, profile: str, meta: dict[str, Any] | None = None) -> Status:
+    """Whether the committed notebook of `source` was executed with the inputs it has now, and if not why.
+    `meta`: its recorded metadata, when the caller has read it already."""
+    meta = meta if meta is not None else recorded(source.with_suffix(".ipynb"))
     files = inputs(source)
     reads = read_digests(sorted((meta or {}).get("reads", {})))
     now = key(files, reads, profile)
@@ -175,9 +176,11 @@ def status(source: Path, profile: str) -> Status:
 
 def plan(sources: list[Path], profile: str, everything: bool = False) -> list[Status]:
     """Each chapter's status; a chapter that reads results a re-executed chapter saves is re-executed too."""
-    found = {s.stem: (status(s, profile) if not everything else Status(s.stem, "", "--all")) for s in sources}
-    saves = {s.stem: set((recorded(s.with_suffix(".ipynb")) or {}).get("saves", [])) for s in sources}
-    reads = {s.stem: set((recorded(s.with_suffix(".ipynb")) or {}).get("reads", {})) for s in sources}
+    metas = {s.stem: recorded(s.with_suffix(".ipynb")) for s in sources}
+    found = {s.stem: (status(s, profile, metas[s.stem]) if not everything else Status(s.stem, "", "--all"))
+             for s in sources}
+    saves = {name: set((meta or {}).get("saves", [])) for name, meta in metas.items()}
+    reads = {name: set((meta or {}).get("reads", {})) for name, meta in metas.items()}
     changed = True
     while changed:
         changed = False
