@@ -178,3 +178,24 @@ def test_a_package_pypi_does_not_serve_is_retried_from_the_fallback_index(tmp_pa
          str(data / "locks" / "cpu.txt")],
     ]
     assert engine_envs.get("cpu").is_ready()
+
+
+def test_setup_builds_both_engine_venvs_at_once_then_converts_the_model(monkeypatch):
+    """A barrier both builds must reach together: a sequential setup would time out on it."""
+    import threading
+
+    from servelab.machine import provision
+
+    barrier = threading.Barrier(2, timeout=10)
+    order = []
+
+    def build(name):
+        barrier.wait()
+        order.append(name)
+        return engine_envs.EngineEnv(name, engine_envs.get(name).engine, engine_envs.get(name).spec)
+
+    monkeypatch.setattr(engine_envs, "build", build)
+    monkeypatch.setattr(models, "prepare_local", lambda name, python: order.append(f"model {name} by {python}"))
+    provision.setup("cpu")
+    assert sorted(order[:2]) == ["sglang-cpu", "vllm-cpu"]
+    assert order[2].startswith("model smollm2") and "/envs/vllm-cpu/bin/python" in order[2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from servelab.machine import engine_envs, models, profiles
 
@@ -11,7 +12,9 @@ def setup(profile_name: str = "auto", *, engines: tuple[str, ...] = ("vllm", "sg
     profile = profiles.load(profile_name)
     print(f"[setup] profile {profile.name}: {profile.summary}", flush=True)
     t0 = time.monotonic()
-    built = {engine: engine_envs.build(profile.engine_env(engine)) for engine in engines}
+    # Both venvs at once: most of a build is waiting on downloads and unpacking, and they share nothing.
+    with ThreadPoolExecutor(max_workers=len(engines) or 1) as pool:
+        built = dict(zip(engines, pool.map(lambda e: engine_envs.build(profile.engine_env(e)), engines), strict=True))
     for spec in (profile.model, profile.draft_model):
         if not spec:
             continue
