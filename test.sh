@@ -9,8 +9,8 @@
 # checked as committed (key, check cells, no newer input). The run prints which, and why.
 #
 # ./test.sh --all: re-execute every chapter.
-# ./test.sh --fast: lint and the fast tests only (no engine venv, no server, no book build; under a
-# minute). Sets up no engine; SERVELAB_FAST=1 points SERVELAB_HOME at an empty folder for the run,
+# ./test.sh --fast: lint and the fast tests only (no engine venv, no server, no book build; about two
+# minutes). Sets up no engine; SERVELAB_FAST=1 points SERVELAB_HOME at an empty folder for the run,
 # so a test that needs an engine venv or the model but is not marked for it fails (tests/conftest.py).
 set -euo pipefail
 source "$(dirname "$0")/scripts/bootstrap.sh"
