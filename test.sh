@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the tests: lint, unit tests, the real engines (lifecycle, correctness, launch flags), the chapters
-# whose inputs changed re-executed under nbval, a papermill run with a non-default parameter, the
-# workflows and the book build. Sets up whatever is missing first.
+# whose inputs changed re-executed under nbval, the committed notebooks checked, the workflows and the
+# book build. Sets up whatever is missing first.
 #
 # A chapter is re-executed when its execution key (a hash of its source, the servelab modules it imports,
 # its data files and locks, and the results of other chapters it read) differs from the key its committed

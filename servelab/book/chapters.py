@@ -54,7 +54,7 @@ def _environment(**values: str):
                 os.environ[k] = v
 
 
-def _trace(path: Path) -> tuple[list[str], list[str]]:
+def _saves_and_reads(path: Path) -> tuple[list[str], list[str]]:
     """The results a run saved and the ones it read that it had not saved itself, as repo paths."""
     ops = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
     saves = sorted({f"results/{o['path']}" for o in ops if o["op"] == "save"})
@@ -72,7 +72,7 @@ def _record(executed: Path, source: Path, files: dict[str, str], profile: str, p
     """Write the execution key and what it covers into the executed notebook; stamp the results it saved."""
     import nbformat
 
-    saves, reads = _trace(trace)
+    saves, reads = _saves_and_reads(trace)
     here = results_dir().resolve() == (REPO / "results").resolve()  # reads are keyed by the committed results
     read_hashes = execution_key.read_digests(reads) if here else {r: "outside the repository" for r in reads}
     key = execution_key.key(files, read_hashes, profile)
