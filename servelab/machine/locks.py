@@ -147,15 +147,17 @@ def _pip_config() -> dict[str, str]:
 
 
 def _sources(spec: LockSpec) -> list[str]:
-    """What else uv must see to resolve as pip installs here: pip's find-links (a local wheel store) or else the
-    fallback index, and pip's constraints (a machine may cap versions: the lock must install on it)."""
+    """What else uv must see to resolve as pip installs here: pip's constraints (a machine may cap versions: the
+    lock must install on it) and, for an env with a fallback index (one that needs a local-version wheel such as
+    torch==2.13.0+cpu), pip's find-links (a local wheel store) or else that index. Other envs resolve from PyPI
+    alone: a CPU wheel in the store would otherwise stand in for the CUDA build a GPU env needs."""
     pip = _pip_config()
     args = [arg for c in pip.get("constraint", "").split() for arg in ("--constraint", c)]
+    if not spec.fallback_index:
+        return args
     if links := pip.get("find-links", "").split():
         return [*args, *(arg for link in links for arg in ("--find-links", link))]
-    if spec.fallback_index:
-        return [*args, "--extra-index-url", spec.fallback_index, "--index-strategy", "unsafe-best-match"]
-    return args
+    return [*args, "--extra-index-url", spec.fallback_index, "--index-strategy", "unsafe-best-match"]
 
 
 def generate(name: str, uv: str | None = None) -> Path:
