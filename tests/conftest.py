@@ -20,7 +20,8 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,55 @@ def pinned_version(env_name: str, dist: str | None = None) -> str:
         if locks.canonical(name) in pinned:
             return pinned[locks.canonical(name)]
     raise LookupError(f"{env.requirements} pins none of {[dist] if dist else engine_envs.ENGINE_DISTS[env.engine]}")
+
+
+GPU_SMI = """#!/bin/sh
+case "$*" in
+  *driver_version*) echo "{driver}" ;;
+  *) echo "{name}, {mib}" ;;
+esac
+"""
+
+
+@pytest.fixture
+def gpu_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Path]]:
+    """`gpu_machine(gpu="NVIDIA L4", mib=23034)`: this machine as a GPU profile's would be after its setup.
+
+    Only the absent hardware is faked, at the lowest layer: an `nvidia-smi` on PATH that answers as the GPU
+    would. SERVELAB_HOME is empty but for the GPU profiles' engine venvs, which are the cpu venvs of the same
+    engine release under the GPU envs' names (same parsers and defaults; marked built for the GPU envs' locks);
+    no local model is converted; the hub cache holds config-only snapshots of the hub models the profiles name.
+    """
+    from servelab.engines import flags
+    from servelab.machine import hardware
+
+    real_envs = {(env := engine_envs.get(n)).engine: env.require().path
+                 for n in engine_envs.names() if n.endswith("-cpu")}
+
+    def make(gpu: str = "NVIDIA L4", mib: int = 23034, driver: str = "580.65.06") -> Path:
+        home, hub, bin_dir = tmp_path / "home", tmp_path / "hub", tmp_path / "bin"
+        bin_dir.mkdir()
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(GPU_SMI.format(name=gpu, mib=mib, driver=driver))
+        smi.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        monkeypatch.setenv("SERVELAB_HOME", str(home))
+        monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+        for name in (n for n in engine_envs.names() if n.endswith("-gpu")):
+            env = engine_envs.get(name)
+            env.path.mkdir(parents=True)
+            for entry in real_envs[env.engine].iterdir():
+                if entry.name != engine_envs.MARKER:
+                    (env.path / entry.name).symlink_to(entry)
+            (env.path / engine_envs.MARKER).write_text(json.dumps({"spec_hash": env.spec_hash(), "name": name}))
+        for prof in map(profiles.load, profiles.names()):
+            for model in (prof.model, prof.draft_model):
+                if model and not model.startswith("local:"):
+                    snap = hub / f"models--{model.replace('/', '--')}" / "snapshots" / "config-only"
+                    snap.mkdir(parents=True, exist_ok=True)
+                    (snap / "config.json").write_text(json.dumps(flags.stand_in_config(model)))
+        hardware.gpus.cache_clear()
+        return home
+
+    yield make
+    hardware.gpus.cache_clear()

@@ -113,7 +113,7 @@ def test_missing_engine_env_is_one_clear_line(engine, tmp_path, monkeypatch):
         flags.check(engine, UNKNOWN[engine])
     message = str(err.value)
     assert "\n" not in message
-    assert flags.DEFAULT_ENVS[engine] in message and "servelab setup --env" in message
+    assert f"no venv of {engine} " in message and "servelab setup --env" in message
     with pytest.raises(engine_envs.EngineEnvMissing):
         flags.check_many(engine, [UNKNOWN[engine], UNKNOWN[engine]])
 

@@ -26,12 +26,12 @@ def test_one_budget_in_tokens_becomes_bytes_for_vllm_and_tokens_for_sglang():
     assert "--gpu-memory-utilization" not in vllm and "--mem-fraction-static" not in sglang
 
 
-def test_without_a_budget_gpu_profiles_claim_their_memory_share():
+def test_without_a_budget_vllm_claims_the_profiles_share_and_sglang_its_own():
     prof = profiles.load("gpu-80g")
     vllm = launch.command("vllm", prof, HUB, 8000, {}).argv
     sglang = launch.command("sglang", prof, HUB, 8000, {}).argv
     assert _flag(vllm, "--gpu-memory-utilization") == str(prof.gpu_memory_utilization)
-    assert _flag(sglang, "--mem-fraction-static") == str(prof.gpu_memory_utilization)
+    assert "--mem-fraction-static" not in sglang
     assert "--kv-cache-memory-bytes" not in vllm and "--max-total-tokens" not in sglang
 
 

@@ -13,8 +13,10 @@ vLLM takes ~5-8 s, SGLang ~5 s). What is checked:
   For a hub id that is not in the local Hugging Face cache, the check gives SGLang a config-only
   stand-in built from servelab/data/model_shapes.toml (offline; the result's warnings say so).
 
-GPU forms are checked in the CPU venvs by default (vllm-cpu, sglang-cpu): parsing does not need a
-GPU, and SGLang's device detection is answered with `--device cuda` (again, reported).
+Each engine's commands are checked in a venv of the release every profile pins (`engine_envs.parser_env`):
+the cpu profile's venvs in CI, the GPU profile's own on a rented GPU; the CPU and CUDA builds of one release
+share their parsers. Parsing does not need a GPU, and SGLang's device detection is answered with
+`--device cuda` (reported).
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from servelab.engines.engine_side import script
 from servelab.machine import datafiles, engine_envs, model_shapes, models, profiles
 
 SCRIPTS = {"vllm": "check_vllm_args.py", "sglang": "check_sglang_args.py"}
-DEFAULT_ENVS = {"vllm": "vllm-cpu", "sglang": "sglang-cpu"}
 
 # `python -m MODULE` forms each engine accepts, and what they are checked as.
 VLLM_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.launchers.api_server.entry")
@@ -141,9 +142,8 @@ def check_commands(items: Iterable[tuple[str, Sequence[str] | str]], env_names: 
     by_engine: dict[str, list[int]] = {}
     for i, cmd in enumerate(parsed):
         by_engine.setdefault(cmd.engine, []).append(i)
-    names = {**DEFAULT_ENVS, **(env_names or {})}
     # fail before starting any
-    pythons = {engine: engine_envs.get(names[engine]).require().python for engine in by_engine}
+    pythons = {engine: engine_envs.parser_env(engine, (env_names or {}).get(engine)).python for engine in by_engine}
     results: list[FlagCheck | None] = [None] * len(parsed)
     with tempfile.TemporaryDirectory(prefix="servelab-flagcheck-") as tmp:
         jobs = []
@@ -248,21 +248,38 @@ def stand_in_config(model_id: str) -> dict | None:
 
 
 def profile_commands(port: int = 8000) -> dict[tuple[str, str, str], list[str]]:
-    """The launch commands servelab runs, keyed (profile, engine, "plain" | "speculative"), for every profile.
-
-    GPU profiles name hub models; they are not resolved (no network needed to build or check them).
-    """
+    """The launch commands servelab runs, keyed (profile, engine, "plain" | "speculative"), for every profile
+    whose model needs nothing this machine lacks: GPU profiles name hub models (not resolved: no network needed
+    to build or check them); the cpu profile's local model counts only where setup converted it. A GPU machine
+    never converts it, so there the cpu profile's commands are left out (`unchecked_profiles` names them)."""
     out = {}
     for name in profiles.names():
         prof = profiles.load(name)
-        model = (models.resolve(prof.model) if prof.model.startswith("local:")
-                 else models.ModelRef(source=prof.model, served_name=prof.model, local=False))
+        model = _profile_model(prof)
+        if model is None:
+            continue
         for engine in launch.ENGINES:
             out[(name, engine, "plain")] = launch.command(engine, prof, model, port, {}).argv
             if spec := prof.speculative.get(engine):
                 options = {"speculative_config": spec} if engine == "vllm" else dict(spec)
                 out[(name, engine, "speculative")] = launch.command(engine, prof, model, port, options).argv
     return out
+
+
+def unchecked_profiles() -> dict[str, str]:
+    """Profiles `profile_commands` leaves out here, each with why."""
+    return {name: f"its model {prof.model} is not converted on this machine (python -m servelab setup "
+                  f"--profile {name} converts it)"
+            for name in profiles.names() if _profile_model(prof := profiles.load(name)) is None}
+
+
+def _profile_model(prof: profiles.Profile) -> models.ModelRef | None:
+    if not prof.model.startswith("local:"):
+        return models.ModelRef(source=prof.model, served_name=prof.model, local=False)
+    try:
+        return models.resolve(prof.model)
+    except models.ModelMissing:
+        return None
 
 
 def article_commands() -> list[dict]:

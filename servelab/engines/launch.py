@@ -94,19 +94,20 @@ def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[s
     return LaunchSpec("sglang", argv + _flags(opts), extra)
 
 
-# Each engine's flag for the share of GPU memory it may claim. They differ in what the share covers: vLLM's
-# covers weights, activations (and CUDA graphs) and KV cache (vllm/v1/worker/gpu_worker.py); SGLang's covers
-# weights and KV pool only, activations and CUDA graphs come out of the rest (sglang/srt/arg_groups/memory_hook.py).
-MEMORY_FRACTION_FLAG = {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static"}
-
-
 def _memory_options(engine: str, profile: Profile, opts: dict[str, Any], model: ModelRef, dtype: str) -> None:
-    """Into `opts`: the KV budget (option or profile, in tokens) as the engine's flag, else the profile's
-    memory share. On CPU vLLM would size its cache from VLLM_CPU_KVCACHE_SPACE (whole GiB only); the
-    budget flag takes any size, which chapters with tiny budgets need."""
+    """Into `opts`: the KV budget (option or profile, in tokens) as the engine's flag, else, for vLLM, the profile's
+    share of GPU memory. On CPU vLLM would size its cache from VLLM_CPU_KVCACHE_SPACE (whole GiB only); the
+    budget flag takes any size, which chapters with tiny budgets need.
+
+    The two engines' shares cover different things: vLLM's `--gpu-memory-utilization` covers weights,
+    activations, CUDA graphs and KV cache (vllm/v1/worker/gpu_worker.py, determine_available_memory), SGLang's
+    `--mem-fraction-static` weights and KV pool only, and SGLang chooses it from the card's memory so the rest
+    holds activations and CUDA graphs (sglang/srt/arg_groups/memory_hook.py, handle_gpu_memory_settings). So
+    SGLang gets no share from the profile: the profile's 0.90 would take that room away (servelab.engines.
+    memory_fit computes what SGLang picks on each GPU class)."""
     budget = opts.pop("kv_cache_tokens", profile.kv_cache_tokens)
-    if budget is None and profile.gpu_memory_utilization:
-        opts.setdefault(MEMORY_FRACTION_FLAG[engine], profile.gpu_memory_utilization)
+    if budget is None and profile.gpu_memory_utilization and engine == "vllm":
+        opts.setdefault("gpu_memory_utilization", profile.gpu_memory_utilization)
     opts.update(kv_budget_flags(engine, budget, model, dtype))
 
 

