@@ -240,11 +240,16 @@ def stand_in_config(model_id: str) -> dict | None:
     for old, new in _RENAMED:
         if name.startswith(old):
             name = new + name.removeprefix(old)
+    raw = datafiles.load("model_shapes.toml").get(name, {})
     family = next(((mt, arch) for prefix, mt, arch in _FAMILIES if name.startswith(prefix)), None)
+    if raw.get("architectures"):  # an EAGLE-3 head: a Llama layer with its own architecture name
+        family = ("llama", raw["architectures"][0])
     if name not in shapes or family is None:
         return None
-    shape = {k: v for k, v in dataclasses.asdict(shapes[name]).items() if k not in ("name", "params_b")}
-    return {"architectures": [family[1]], "model_type": family[0], "torch_dtype": "bfloat16", **shape}
+    shape = {k: v for k, v in dataclasses.asdict(shapes[name]).items()
+             if k not in ("name", "params_b", "gated", "tokenizer", "draft_vocab_size", "architectures") and v}
+    extra = {"draft_vocab_size": raw["draft_vocab_size"]} if "draft_vocab_size" in raw else {}
+    return {"architectures": [family[1]], "model_type": family[0], "torch_dtype": "bfloat16", **shape, **extra}
 
 
 def profile_commands(port: int = 8000) -> dict[tuple[str, str, str], list[str]]:

@@ -8,6 +8,7 @@ is why num_key_value_heads, not num_attention_heads, sets the size.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class ModelShape:
     head_dim: int
     params_b: float = 0.0
     max_position_embeddings: int = 0
+    vocab_size: int = 0  # config.json's vocab_size (0: not known)
+    gated: bool = False  # the hub serves its files only to users who accepted its licence
 
     @classmethod
     def from_config(cls, name: str, config: dict) -> ModelShape:
@@ -47,6 +50,8 @@ class ModelShape:
             head_dim=config.get("head_dim") or config["hidden_size"] // heads,
             params_b=config.get("params_b", 0.0),
             max_position_embeddings=config.get("max_position_embeddings", 0),
+            vocab_size=config.get("vocab_size", 0),
+            gated=bool(config.get("gated", False)),
         )
 
     @classmethod
@@ -58,6 +63,38 @@ class ModelShape:
 def known_shapes() -> dict[str, ModelShape]:
     """The models the chapters plan for (data/model_shapes.toml)."""
     return {name: ModelShape.from_config(name, cfg) for name, cfg in datafiles.load("model_shapes.toml").items()}
+
+
+def gated(model_ids: Iterable[str]) -> list[str]:
+    """The ids among ``model_ids`` that model_shapes.toml marks gated on the hub, in order, once each
+    (an id it does not list counts as not gated)."""
+    shapes = known_shapes()
+    return [m for m in dict.fromkeys(model_ids) if m in shapes and shapes[m].gated]
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What a draft/target check compares: config.json's vocab_size, an EAGLE-3 head's reduced
+    draft_vocab_size (else vocab_size), and the tokenizer family ("" where not known)."""
+
+    model: str
+    vocab_size: int
+    draft_vocab_size: int
+    tokenizer: str = ""
+
+
+def vocabulary(source: str) -> Vocabulary | None:
+    """A local model folder's (its config.json) or a known hub id's vocabulary; None when neither."""
+    path = Path(source) / "config.json"
+    if path.is_file():
+        config, tokenizer = json.loads(path.read_text()), ""
+    else:
+        config = datafiles.load("model_shapes.toml").get(source)
+        if config is None or not config.get("vocab_size"):
+            return None
+        tokenizer = config.get("tokenizer", "")
+    vocab = int(config["vocab_size"])
+    return Vocabulary(source, vocab, int(config.get("draft_vocab_size") or vocab), tokenizer)
 
 
 def served_model_shape(source: str) -> ModelShape:

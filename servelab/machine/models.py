@@ -103,22 +103,15 @@ def _hf_cache_has(model_id: str) -> bool:
 
 
 def check_hub(model_id: str, timeout: float = 10.0) -> None:
-    """Fail with one line when a hub model is neither cached nor reachable."""
+    """Fail with one line when a hub model is not cached and this machine cannot read it from the hub: the hub
+    is unreachable, the id is unknown, or the model is gated and no token with access to it is set (a HEAD on
+    /api/models answers 200 for a gated model too, so servelab.machine.hub asks for one of its files)."""
     if _hf_cache_has(model_id):
         return
-    import httpx
+    from servelab.machine import hub  # it builds on this module (hub_cache)
 
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    try:
-        status = httpx.head(f"{endpoint}/api/models/{model_id}", timeout=timeout, follow_redirects=True).status_code
-    except httpx.HTTPError as err:
-        raise ModelMissing(
-            f"model {model_id!r} is not in the Hugging Face cache and the hub at {endpoint} is unreachable "
-            f"({type(err).__name__}); connect this machine or use profile 'cpu'"
-        ) from None
-    if status >= 400:
-        hint = "it is gated: set HF_TOKEN" if status in (401, 403) else "check the id"
-        raise ModelMissing(f"the hub at {endpoint} answered {status} for model {model_id!r}; {hint}")
+    if (problem := hub.access_problem(model_id, timeout)) is not None:
+        raise ModelMissing(problem)
 
 
 def _download_gguf(spec: dict, into: Path) -> Path:
