@@ -57,13 +57,14 @@ prof = banner.start(profile)
 # if the engine fails to start, the error shows the end of that log.
 
 # %%
-from servelab.engines.server import running
+from servelab.measure.chapter_servers import c00
 from servelab.measure.setup_check import greedy_tokens, vllm_omp_threads, what_ran
 from servelab.measure.workloads import QUESTIONS
 
+servers = c00.servers(prof)  # every server this chapter starts; `python -m servelab plan` lists them
 questions = list(QUESTIONS)
 answers, runs = {}, []
-with running("vllm", prof) as vllm:
+with servers["vLLM"].server(prof) as vllm:
     answers["vLLM"] = greedy_tokens(vllm, questions)
     runs.append(what_ran("vLLM", vllm))
     vllm_log = vllm.log_path.read_text(errors="replace")
@@ -95,7 +96,7 @@ print("Paris" in answers["vLLM"][0].text)
 from servelab.measure import frontend_cache
 from servelab.measure.kv_capacity import engine_capacity, server_info
 
-with running("sglang", prof) as sglang:
+with servers["SGLang"].server(prof) as sglang:
     answers["SGLang"] = greedy_tokens(sglang, questions)
     runs.append(what_ran("SGLang", sglang))
     sglang_args = server_info(sglang)
@@ -239,20 +240,20 @@ print(greedy.holds)
 # The `cpu` profile runs both engines in float32, although bfloat16 would halve the memory of
 # weights and KV cache; the GPU profiles run bfloat16. What the dtype changes can be measured:
 # here is vLLM again, on the same questions, in another dtype, compared with the answers above.
-# The other dtype is bfloat16 beside a float32 profile, and float16 beside a bfloat16 profile
-# (float16 has three more mantissa bits than bfloat16; float32 would double the weights, which
-# then no longer fit the smallest GPU profile). Where an answer differs, rounding changed a token,
-# and greedy decoding then follows a different path from that token on.
+# Beside a float32 profile the other dtype is bfloat16. Beside a bfloat16 profile it is float32,
+# on the profile's small draft model for both sides, because the profile's own model would not
+# fit in float32 (float16 is not the comparison: Qwen2.5 was trained in bfloat16, and float16's
+# smaller range can overflow it). Where an answer differs, rounding changed a token, and greedy
+# decoding then follows a different path from that token on.
 
 # %%
-from servelab.measure.setup_check import other_dtype, smallest_margins
+from servelab.measure.setup_check import dtype_answers, dtype_comparison, smallest_margins
 
-other = other_dtype(prof.dtype)
-with running("vllm", prof, dtype=other) as vllm_other:
-    other_answers = greedy_tokens(vllm_other, questions)
-by_dtype = compare(questions, {f"vLLM, {prof.dtype} (profile)": answers["vLLM"], f"vLLM, {other}": other_answers},
-                   exact=exact_expected(prof.dtype) and exact_expected(other))
-results.save("dtype_agreement", by_dtype.table, prof, profile_dtype=prof.dtype, other_dtype=other)
+_, base, other = dtype_comparison(prof)
+by_dtype_answers = dtype_answers(prof, servers, questions, answers["vLLM"])
+by_dtype = compare(questions, by_dtype_answers, exact=exact_expected(base) and exact_expected(other))
+results.save("dtype_agreement", by_dtype.table, prof, profile_dtype=base, other_dtype=other,
+             sources=list(by_dtype_answers))
 print(by_dtype.rates.to_string())
 by_dtype.table
 
@@ -267,7 +268,8 @@ by_dtype.table
 # %%
 flipped = by_dtype.table[~by_dtype.table["same tokens"]]
 largest_flip = round(float(flipped["margin (nats)"].max()), 4) if len(flipped) else None
-kept_close = sum(1 for m, same in zip(smallest_margins(answers["vLLM"]), by_dtype.table["same tokens"], strict=True)
+baseline = next(iter(by_dtype_answers.values()))
+kept_close = sum(1 for m, same in zip(smallest_margins(baseline), by_dtype.table["same tokens"], strict=True)
                  if same and m is not None and largest_flip is not None and m <= largest_flip)
 print({"answers changed": len(flipped), "largest margin at a flip (nats)": largest_flip,
        "answers kept with a margin at most that": kept_close})

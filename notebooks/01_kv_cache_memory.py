@@ -192,12 +192,15 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 # the engine built is the `block_size` row below, read from the engine, not assumed.
 
 # %%
-from servelab.engines.server import running
+from servelab.measure.chapter_servers import c01
 from servelab.measure.kv_capacity import engine_capacity, served_shape
 
 served = served_shape(prof)
-kv_cache_tokens = kv_cache_tokens or prof.kv_cache_tokens or 2 * prof.max_model_len
-with running("vllm", prof, kv_cache_tokens=kv_cache_tokens) as vllm:
+# every server this chapter starts (`python -m servelab plan` lists them); the budget: the parameter, else the
+# profile's, else two full-length sequences
+servers = c01.servers(prof, kv_cache_tokens=kv_cache_tokens)
+kv_cache_tokens = servers["vLLM"].options["kv_cache_tokens"]
+with servers["vLLM"].server(prof) as vllm:
     built = engine_capacity(vllm)
 
 planned_tokens = kv_memory.tokens_held(kv_cache_tokens, built["block_size"])
@@ -267,7 +270,7 @@ print(check["engine_tokens"] == check["planned_tokens"])
 # %%
 from servelab.measure.kv_capacity import SGLANG_KV_GIB_HALF_STEP, sglang_buffer_gib
 
-with running("sglang", prof, kv_cache_tokens=kv_cache_tokens) as sglang:
+with servers["SGLang"].server(prof) as sglang:
     sgl_built = engine_capacity(sglang)
 
 formula_bytes = kv_memory.kv_bytes_per_token(served, prof.dtype)
@@ -367,8 +370,10 @@ print(f"Answer: with an fp8 KV cache, {fp8.max_sequences - bf16.max_sequences} m
 # Solution 2: both engines started with that budget.
 from servelab.measure.kv_capacity import capacity_for_budget
 
-budget = 2 * prof.max_model_len + built["block_size"] // 2
-small = {engine: capacity_for_budget(engine, prof, budget) for engine in ("vllm", "sglang")}
+budget = servers["vLLM, partial block"].options["kv_cache_tokens"]  # two sequences and half a block
+assert budget == 2 * prof.max_model_len + built["block_size"] // 2, "the declared budget assumed another block size"
+small = {engine: capacity_for_budget(servers[f"{label}, partial block"], prof)
+         for engine, label in (("vllm", "vLLM"), ("sglang", "SGLang"))}
 print(small)
 v, g = small["vllm"], small["sglang"]
 if v["started"] and g["started"]:

@@ -243,21 +243,24 @@ display(Markdown(quote_markdown("attention_kernel_overhead", "default_block_size
 # check below tests.
 
 # %%
-from servelab.engines.server import Server, running
 from servelab.measure import kv_pressure, retraction
 from servelab.measure.block_size import (
     comparison_block_size,
-    probe_block_size,
+    refusal_names_block_size,
     refused_start,
     shared_prompt_tokens,
     sharing_prompt_tokens,
 )
+from servelab.measure.chapter_servers import c02
 from servelab.measure.kv_capacity import engine_capacity
 from servelab.measure.parallel_sampling import count_tokens, measure_parallel_sampling
 from servelab.measure.workloads import long_prompt
 
-kv_tokens = kv_tokens or 2 * prof.max_model_len  # vLLM refuses budgets below one full-length sequence
-vllm = Server("vllm", prof, kv_cache_tokens=kv_tokens).start()
+# every server this chapter starts (`python -m servelab plan` lists them); the budget: the parameter, else two
+# full-length sequences (vLLM refuses budgets below one)
+servers = c02.servers(prof, kv_tokens=kv_tokens, sglang_conservativeness=sglang_conservativeness)
+kv_tokens = servers["vLLM"].options["kv_cache_tokens"]
+vllm = servers["vLLM"].server(prof).start()
 built = engine_capacity(vllm)
 block_size, num_blocks = built["block_size"], built["blocks"]
 print(f"vLLM {vllm.version()}: {num_blocks} blocks of {block_size} tokens out of "
@@ -458,8 +461,7 @@ display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegp
 retraction_sizes = retraction.sizes(prof.is_cpu)
 retraction_answer = retraction_answer or retraction_sizes["answer"]
 retraction_lag = retraction_lag or retraction_sizes["lag"]
-with running("sglang", prof, kv_cache_tokens=kv_tokens, schedule_conservativeness=sglang_conservativeness,
-             decode_log_interval=1) as sg:
+with servers["SGLang"].server(prof) as sg:
     sglang_capacity = engine_capacity(sg)
     sglang_tokens = sglang_capacity["tokens"]
     sglang_run = kv_pressure.run_pressure(sg, prompts, answer_tokens)
@@ -634,13 +636,14 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # paper's 16 where that is not the default (else 8) and prints the first error the engine logs.
 
 # %%
-probe = probe_block_size(block_size)
-refusal = refused_start("vllm", prof, kv_cache_tokens=kv_tokens, block_size=probe)
+probe_server = servers["vLLM, refused block size"]
+probe = probe_server.options["block_size"]
+refusal = refused_start(probe_server, prof)
 print(f"vllm serve --block-size {probe}: {refusal or 'started'}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("block size" in (refusal or "").lower())
+print(refusal_names_block_size(refusal))
 
 # %% [markdown]
 # The paper found block sizes from 16 to 128 worked best on its ShareGPT trace and chose 16 as
@@ -652,7 +655,8 @@ print("block size" in (refusal or "").lower())
 # below what any backend takes).
 
 # %%
-with running("vllm", prof, kv_cache_tokens=kv_tokens, block_size=other_block_size) as other:
+assert servers["vLLM, other block size"].options["block_size"] == other_block_size
+with servers["vLLM, other block size"].server(prof) as other:
     built_other = engine_capacity(other)
     sharing_other = measure_parallel_sampling(
         other, samples, num_blocks=built_other["blocks"], block_size=built_other["block_size"],

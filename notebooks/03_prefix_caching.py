@@ -91,19 +91,17 @@ prof = banner.start(profile)
 # input once it has.
 
 # %%
-from servelab.engines.server import Server
+from servelab.measure.chapter_servers import c03
 from servelab.measure.lineup import Lineup
-from servelab.measure.prefix_burst import one_step_prefill
-from servelab.measure.prefix_cache_live import cache_options
 from servelab.measure.sglang_policies import start_policy_orders
 
-kv_tokens = kv_tokens or prof.max_model_len * 9 // 8  # vLLM needs one full-length sequence plus its null block
-sglang_options = {**cache_options("sglang"), **one_step_prefill(kv_tokens)}
-lineup = Lineup({
-    "vllm": Server("vllm", prof, kv_cache_tokens=kv_tokens, **cache_options("vllm")),
-    "sglang": Server("sglang", prof, kv_cache_tokens=kv_tokens, **sglang_options),
-    "sglang lpm": Server("sglang", prof, kv_cache_tokens=kv_tokens, schedule_policy="lpm", **sglang_options),
-}, together=prof.kv_cache_tokens is not None, background=True)
+# every server this chapter starts (`python -m servelab plan` lists them): the budget is the parameter, else one
+# full-length sequence and an eighth (vLLM needs one full-length sequence plus its null block); vLLM's server
+# has an endpoint that empties its cache, SGLang's report cached tokens and prefill a burst in one step
+servers = c03.servers(prof, kv_tokens=kv_tokens)
+kv_tokens = servers["vllm"].options["kv_cache_tokens"]
+lineup = Lineup({name: launch.server(prof) for name, launch in servers.items()},
+                together=prof.kv_cache_tokens is not None, background=True)
 policy_script = start_policy_orders(prof)
 
 # %% [markdown]

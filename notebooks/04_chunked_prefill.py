@@ -152,13 +152,8 @@ for name, config in {"vLLM, budget 6": SchedulerConfig("vllm", budget=6),
 sizes = prof.chunk_sizes
 scenario = live.scenario_for(prof.max_model_len, sizes[0], streams=streams, stream_prompt_tokens=stream_prompt_tokens,
                              long_prompt_fraction=long_prompt_fraction)
-vllm_large_cfg = live.LiveConfig("vllm", sizes[-1], calibrate=True)
-vllm_small_cfg = live.LiveConfig("vllm", sizes[0])
-vllm_threshold_cfg = live.LiveConfig("vllm", sizes[-1], long_prefill_token_threshold=sizes[0])
-sgl_plain_cfg = live.LiveConfig("sglang", sizes[0], calibrate=True)
-sgl_mixed_cfg = live.LiveConfig("sglang", sizes[0], mixed_chunk=True)
-sgl_mixed_large_cfg = live.LiveConfig("sglang", sizes[-1], mixed_chunk=True)
-configs = [vllm_large_cfg, vllm_small_cfg, vllm_threshold_cfg, sgl_plain_cfg, sgl_mixed_cfg, sgl_mixed_large_cfg]
+configs = live.chapter_configs(sizes)  # one server each (`python -m servelab plan` lists them)
+vllm_large_cfg, vllm_small_cfg, vllm_threshold_cfg, sgl_plain_cfg, sgl_mixed_cfg, sgl_mixed_large_cfg = configs
 calibration = {"prompt_lengths": [sizes[0], sizes[-1] // 2, sizes[-1]], "batch_sizes": [1, streams],
                "contexts": [stream_prompt_tokens, scenario.long_prompt_tokens // 2],
                "decode_tokens": calibration_decode_tokens, "repeats": calibration_repeats}

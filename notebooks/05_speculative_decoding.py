@@ -44,7 +44,7 @@ sweep_tokens = 26              # tokens per request in the concurrency sweep; 1 
 sweep_repeats = 1              # waves per concurrency (more: the median rate counts)
 concurrency = [1, 2, 4, 8, 16]  # requests decoding together in the sweep
 draft_layers = None            # drafts cut from the model to run live; None: a quarter of its layers
-kv_tokens = 12288              # KV budget per server, in tokens (None: the profile's)
+kv_tokens = None               # KV budget per server, in tokens; None: six full-length sequences
 rounding_dtype = "bfloat16"    # the 16-bit case for greedy equality
 
 # %%
@@ -158,10 +158,11 @@ pd.Series(machine).round(1)
 # %%
 from concurrent.futures import ThreadPoolExecutor
 
-from servelab.engines.server import Server
+from servelab.measure import speculative_gpu as gpu_runs_
 from servelab.measure import speculative_live as live
 from servelab.measure import speculative_load as load
 from servelab.measure import speculative_setups as setups
+from servelab.measure.chapter_servers import c05
 from servelab.measure.kv_capacity import engine_capacity
 from servelab.measure.lineup import Lineup
 from servelab.measure.setup_check import compare, exact_expected, smallest_margins
@@ -172,9 +173,11 @@ layers = setups.target_layers(prof) if cut_drafts else None
 draft_layers = (draft_layers or [layers // 4]) if cut_drafts else []
 methods = setups.methods(prof, k, lookup, draft_layers)
 together = prof.kv_cache_tokens is not None  # every server's memory is bounded: they can run side by side
-budget = {"kv_cache_tokens": kv_tokens} if kv_tokens else {}
-lineup = Lineup({"plain": Server("vllm", prof, **budget),
-                 **{m.name: Server("vllm", prof, speculative_config=m.config, **budget) for m in methods}},
+# every server this chapter starts (`python -m servelab plan` lists them), these first: plain and one per method
+servers = c05.servers(prof, k=k, lookup=lookup, rounding_dtype=rounding_dtype, kv_tokens=kv_tokens,
+                      draft_layers=draft_layers or None)
+kv_tokens = servers["plain"].options["kv_cache_tokens"]
+lineup = Lineup({name: servers[name].server(prof) for name in ["plain", *(m.name for m in methods)]},
                 together=together)
 plain = lineup.take("plain")
 block_size = engine_capacity(plain)["block_size"]
@@ -422,9 +425,8 @@ lineup.stop()
 # servers in `rounding_dtype`, SGLang's argument resolution and vLLM's own speculative defaults.
 rounding_method = next((m for m in methods if m.draft_layers == layers), None) if cut_drafts else None
 run_rounding = rounding_method is not None and rounding_dtype != prof.dtype
-rounding_lineup = Lineup({"plain": Server("vllm", prof, dtype=rounding_dtype, **budget),
-                          rounding_method.name: Server("vllm", prof, dtype=rounding_dtype,
-                                                       speculative_config=rounding_method.config, **budget)},
+rounding_lineup = Lineup({name: servers[f"{name}, {rounding_dtype}"].server(prof)
+                          for name in ("plain", rounding_method.name)},
                          together=together, background=True) if run_rounding else None
 background = ThreadPoolExecutor(2)
 sglang_targets = {prof.model: plain.model.source, setups.QWEN_7B: setups.QWEN_7B, setups.LLAMA_8B: setups.LLAMA_8B}
@@ -724,7 +726,7 @@ best_shallow
 # %%
 pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size in setups.VOCAB_SIZES.items()]
              + [{"model": "gpu-24g profile's vLLM draft config", "vocab_size (config.json)":
-                 str(setups.profile_draft_config("gpu-24g"))}])
+                 str(gpu_runs_.profile_draft_config("gpu-24g"))}])
 
 # %% [markdown]
 # ### Speedup against concurrency
@@ -1132,11 +1134,14 @@ pd.Series(resolved.cpu_ops, name="in this SGLang venv")
 # ## On a GPU
 #
 # With a GPU profile, the cells above run the n-gram method and the profile's draft model, and the
-# cell below measures four more runs against the same engine and target without speculation, one
+# cell below measures five more runs against the same engine and target without speculation, one
 # server at a time: the articles' draft, Qwen2.5-0.5B, for Qwen2.5-7B (their 72B target does not fit
-# the smallest GPU profile) on vLLM and on SGLang (STANDALONE), and an EAGLE-3 head for
-# Llama-3.1-8B-Instruct on each engine (the heads the installed engines name themselves; Llama is
-# gated on the hub, so set `HF_TOKEN`). On a GPU the methods also differ in scheduling: vLLM keeps
+# the smallest GPU profile) on vLLM; Llama-3.2-1B drafting for Llama-3.1-8B-Instruct on both engines
+# (SGLang's STANDALONE refuses the Qwen pair: `_validate_vocab_compatibility` in
+# `sglang/srt/speculative/standalone_worker_v2.py` wants the target's vocabulary, and no smaller Qwen2.5
+# has the 7B's); and an EAGLE-3 head for Llama-3.1-8B-Instruct on each engine (the heads the installed
+# engines name themselves). Llama is gated on the hub: without `HF_TOKEN` the runs that need it are
+# skipped, and the cell prints which and why. On a GPU the methods also differ in scheduling: vLLM keeps
 # asynchronous scheduling (the next step scheduled while the current one runs), on by default, with
 # EAGLE-type heads, `draft_model` and `ngram_gpu` among others, but not with the `ngram` method this
 # chapter runs: there it is off by default and an error if asked for (`vllm/config/vllm.py`, where
@@ -1146,15 +1151,13 @@ pd.Series(resolved.cpu_ops, name="in this SGLang venv")
 # `tests/test_measure_speculative_live.py` has both engines' own parsers accept every one of them:
 
 # %%
-setups.gpu_commands("gpu-24g", k)
+gpu_runs_.gpu_commands("gpu-24g", k)
 
 # %%
-gpu_runs = setups.gpu_runs(prof, k)
-gpu = pd.concat([setups.measure_run(run, prof, task_tokens, concurrency, sweep_tokens) for run in gpu_runs]
-                or [pd.DataFrame(columns=["run", "engine", "workload", "concurrency", "speedup",
-                                          "tokens per verification", "same tokens"])], ignore_index=True)
-results.save("speculative_gpu_runs", gpu, prof, k=k)
-print(f"{len(gpu_runs)} GPU runs on profile {prof.name}")
+gpu_runs = gpu_runs_.gpu_runs(prof, k)
+gpu, skipped = gpu_runs_.measure_gpu_runs(gpu_runs, servers, prof, task_tokens, concurrency, sweep_tokens)
+results.save("speculative_gpu_runs", gpu, prof, k=k, skipped=skipped)
+print(f"{len(gpu_runs) - len(skipped)} of {len(gpu_runs)} GPU runs on profile {prof.name}", *skipped, sep="\n")
 gpu.round(2)
 
 # %% [markdown]

@@ -115,11 +115,14 @@ pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max
 # cpu profile they share its cores, for both engines alike.
 
 # %%
-kv_tokens = prof.kv_cache_tokens or 2 * prof.max_model_len  # one KV budget, in tokens, for both engines
+from servelab.measure.chapter_servers import c06
+
+servers = c06.servers(prof)  # both engines with one KV budget (`python -m servelab plan` lists them)
+kv_tokens = servers["vLLM"].options["kv_cache_tokens"]
 warm = h2h.warm_up(runs)
 parts, per_request, capacity, launched = [], [], {}, {}
 for engine in engines:
-    with h2h.quiet_running(engine, prof, kv_cache_tokens=kv_tokens) as server:
+    with h2h.quiet_running(servers[{"vllm": "vLLM", "sglang": "SGLang"}[engine]], prof) as server:
         capacity[engine] = engine_capacity(server)
         launched[engine] = {"argv": server.spec.argv, "env": {**server.spec.env, **server.extra_env}}
         summary, sent = h2h.measure(server, runs, output_tokens=output_tokens, warm=warm)

@@ -57,3 +57,19 @@ def test_vllms_argument_checks_accept_a_block_size_the_cpu_backend_refuses(requi
     require_engine("vllm")
     argv = command("vllm", cpu, models.resolve(cpu.model), 8000, {"kv_cache_tokens": 4096, "block_size": 16}).argv
     assert flags.check("vllm", argv).ok
+
+
+def test_a_refusal_names_the_block_size_on_cpu_and_on_cuda():
+    """Chapter 02's check: the CPU backend's words and the CUDA platform's (vllm/platforms/cuda.py, the error of
+    CudaPlatformBase when no attention backend accepts the configuration) both count; a refusal for another
+    reason or a start does not."""
+    cuda = ("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=128, "
+            "dtype=torch.bfloat16, kv_cache_dtype=auto, block_size=8, use_mla=False). Reasons: {FLASH_ATTN: "
+            "[block_size not supported], FLASHINFER: [block_size not supported]}.")
+    assert bsz.refusal_names_block_size(cuda)
+    cpu = ("RuntimeError: Worker failed with error 'No common block size for 16 (CPU_ATTN: [MultipleOf(32)]).', "
+           "please check the stack trace above for the root cause")  # chapter 02's refusal on the cpu profile
+    assert bsz.refusal_names_block_size(cpu)
+    assert not bsz.refusal_names_block_size("ValueError: To serve at least one request ...")
+    assert not bsz.refusal_names_block_size("")
+    assert not bsz.refusal_names_block_size(None)

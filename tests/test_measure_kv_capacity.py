@@ -122,6 +122,9 @@ def test_first_exception_is_the_root_cause_not_what_follows():
 @pytest.mark.server
 def test_vllm_refuses_a_budget_smaller_than_one_full_length_request(cpu, require_engine):
     require_engine("vllm")
-    refused = kv_capacity.capacity_for_budget("vllm", cpu, cpu.max_model_len // 2)
+    from servelab.measure.chapter_servers import Launch
+
+    half = Launch("half a sequence", "vllm", {"kv_cache_tokens": cpu.max_model_len // 2})
+    refused = kv_capacity.capacity_for_budget(half, cpu)
     assert refused["started"] is False
     assert refused["reason"].startswith("ValueError: To serve at least one request"), refused

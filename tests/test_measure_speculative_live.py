@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from servelab.engines import flags
 from servelab.engines.metrics import Metrics
 from servelab.machine import profiles
+from servelab.measure import speculative_gpu as gpu
 from servelab.measure import speculative_live as live
 from servelab.measure import speculative_setups as setups
 from servelab.measure.speculative import SpecDecodeCounts, llama_parameters
@@ -231,16 +232,17 @@ def test_speculative_configs_and_bad_values():
 
 
 def test_profile_draft_configs_and_vocab_sizes():
-    gpu = setups.profile_draft_config("gpu-24g")
-    assert gpu["use_heterogeneous_vocab"] is True and gpu["model"] == setups.QWEN_05B
+    draft = gpu.profile_draft_config("gpu-80g")
+    assert draft["use_heterogeneous_vocab"] is True and draft["model"] == setups.QWEN_05B
     assert setups.VOCAB_SIZES[setups.QWEN_05B] % 128 == 0 and setups.VOCAB_SIZES[setups.QWEN_72B] % 256 == 0
     sizes = setups.VOCAB_SIZES
     assert sizes[setups.QWEN_05B] < sizes[setups.QWEN_7B] == sizes[setups.QWEN_72B]
 
 
 def test_gpu_runs_only_where_there_is_a_gpu():
-    assert setups.gpu_runs(profiles.load("cpu")) == []
-    runs = setups.gpu_runs(profiles.load("gpu-24g"))
+    assert gpu.gpu_runs(profiles.load("cpu")) == []
+    assert {r.label for r in gpu.gpu_runs(profiles.load("gpu-24g"))} < {r.label for r in gpu.all_gpu_runs()}
+    runs = gpu.gpu_runs(profiles.load("gpu-80g"))
     assert {r.engine for r in runs} == {"vllm", "sglang"}
     assert {"draft_model", "eagle3"} == {r.options["speculative_config"]["method"] for r in runs if r.engine == "vllm"}
     assert {"STANDALONE", "EAGLE3"} == {r.options["speculative_algorithm"] for r in runs if r.engine == "sglang"}
@@ -269,8 +271,8 @@ def test_every_gpu_command_is_accepted_by_its_engine(require_engine, tmp_path, m
     require_engine("sglang")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     _stand_in_head(tmp_path, setups.EAGLE3_HEADS["sglang"])
-    items = [(run.engine, setups.run_command(run, profiles.load(name)))
-             for name in ("gpu-24g", "gpu-80g") for run in setups.all_gpu_runs()]
+    items = [(run.engine, gpu.run_command(run, profiles.load(name)))
+             for name in ("gpu-24g", "gpu-80g") for run in gpu.all_gpu_runs()]
     for (engine, argv), verdict in zip(items, flags.check_commands(items), strict=True):
         assert verdict.ok, (engine, argv, verdict.error)
         if engine == "sglang":

@@ -67,8 +67,24 @@ def _drawn(path: Path) -> list[str]:
     return sorted({line.replace("\\n", "\n") for line in lines})
 
 
+def _starts(path: Path) -> list[dict[str, Any]]:
+    """The engine starts a run logged (SERVELAB_START_LOG): engine and arguments, with the port and this machine's
+    servelab home written as PORT and $SERVELAB_HOME, so runs on two machines compare."""
+    from servelab.machine.paths import cache_home
+
+    home = str(cache_home())
+    out = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        entry = json.loads(line)
+        argv = [a.replace(home, "$SERVELAB_HOME") for a in entry["argv"]]
+        if "--port" in argv:
+            argv[argv.index("--port") + 1] = "PORT"
+        out.append({"engine": entry["engine"], "argv": argv[1:]})
+    return out
+
+
 def _record(executed: Path, source: Path, files: dict[str, str], profile: str, parameters: dict[str, Any],
-            trace: Path) -> str:
+            trace: Path, seconds: float) -> str:
     """Write the execution key and what it covers into the executed notebook; stamp the results it saved."""
     import nbformat
 
@@ -80,6 +96,7 @@ def _record(executed: Path, source: Path, files: dict[str, str], profile: str, p
     nb.metadata[execution_key.METADATA] = {
         "key": key, "profile": profile, "parameters": parameters, "inputs": files, "reads": read_hashes,
         "saves": saves, "drawn": _drawn(trace.with_name("drawn.txt")),
+        "starts": _starts(trace.with_name("starts.jsonl")), "seconds": round(seconds),
         "executed_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     nbformat.write(nb, executed)
     for saved in saves:
@@ -116,9 +133,11 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{source.stem}-") as tmp:
         unexecuted, executed, trace = Path(tmp) / "in.ipynb", Path(tmp) / "out.ipynb", Path(tmp) / "trace.jsonl"
         jupytext.write(notebook, unexecuted)
+        t0 = time.monotonic()
         try:
             with _environment(SERVELAB_CHAPTER=source.stem, SERVELAB_TRACE=str(trace),
-                              SERVELAB_I18N_DRAWN=str(trace.with_name("drawn.txt"))):
+                              SERVELAB_I18N_DRAWN=str(trace.with_name("drawn.txt")),
+                              SERVELAB_START_LOG=str(trace.with_name("starts.jsonl"))):
                 papermill.execute_notebook(
                     str(unexecuted), str(executed), parameters=parameters, cwd=str(source.parent),
                     kernel_name="python3", execution_timeout=timeout, progress_bar=False,
@@ -128,7 +147,7 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
             kept = _keep_failed(executed, source)
             raise NotebookFailed(f"{source.name}: cell {err.exec_count} raised {err.ename}: {evalue}; "
                                  f"{output.name} was left as it was{kept}") from err
-        _record(executed, source, files, profile, parameters, trace)
+        _record(executed, source, files, profile, parameters, trace, time.monotonic() - t0)
         os.replace(executed, output)
     return output
 

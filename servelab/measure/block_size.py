@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from servelab.engines.server import EngineStartError, Server
+from servelab.engines.server import EngineStartError
 from servelab.integers import int_at_least
 
 COARSEST_GRANULE = 32  # the CPU backend's MultipleOf(32); every GPU backend above accepts its multiples
@@ -68,15 +68,21 @@ def first_error_line(log: str) -> str:
     return ""
 
 
-def refused_start(engine: str, profile: Any, timeout: float = 300, **options: Any) -> str:
-    """Start `engine` with `options`, expecting it to refuse; the first error line of its log.
-
-    Returns "" when the engine started after all (it is stopped again at once).
-    """
-    server = Server(engine, profile, **options)
+def refused_start(launch: Any, profile: Any, timeout: float = 300) -> str:
+    """Start a declared server (servelab.measure.chapter_servers.Launch), expecting the engine to refuse it; the
+    first error line of its log. Returns "" when the engine started after all (it is stopped again at once)."""
+    server = launch.server(profile)
     try:
         server.start(timeout=timeout)
     except EngineStartError:
         return first_error_line(server.log_path.read_text(errors="replace")) or server.log_tail(3)
     server.stop()
     return ""
+
+
+def refusal_names_block_size(refusal: str | None) -> bool:
+    """Whether an engine's refusal is about the block size, in either of vLLM's wordings: the CPU backend's
+    ("block size") or the CUDA platform's attention-backend selection ("No valid attention backend found for cuda
+    with ... block_size=8 ... Reasons: {FLASH_ATTN: [block_size not supported], ...}", CudaPlatformBase.
+    get_valid_backends and AttentionBackend.validate_configuration)."""
+    return bool(refusal) and "block size" in refusal.lower().replace("_", " ")

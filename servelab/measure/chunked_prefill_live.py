@@ -64,6 +64,17 @@ class LiveConfig:
                                long_prefill_token_threshold=self.long_prefill_token_threshold)
 
 
+def chapter_configs(sizes: list[int]) -> list[LiveConfig]:
+    """Chapter 04's servers for a profile's chunk sizes: vLLM at the largest and smallest budget and the largest
+    with the smallest as its long-prefill threshold; SGLang at the smallest chunk without and with mixed chunks,
+    and at the largest with them. The first of each engine is calibrated."""
+    small, large = sizes[0], sizes[-1]
+    return [LiveConfig("vllm", large, calibrate=True), LiveConfig("vllm", small),
+            LiveConfig("vllm", large, long_prefill_token_threshold=small),
+            LiveConfig("sglang", small, calibrate=True), LiveConfig("sglang", small, mixed_chunk=True),
+            LiveConfig("sglang", large, mixed_chunk=True)]
+
+
 def scenario_for(max_model_len: int, smallest_budget: int, *, streams: int, stream_prompt_tokens: int,
                  long_prompt_fraction: float, warmup_tokens: int = 4, spare_tokens: int = 8) -> Scenario:
     """The scenario sized for a profile: the long prompt is ``long_prompt_fraction`` of the context

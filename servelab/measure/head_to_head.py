@@ -144,10 +144,10 @@ def multi_turn_chats(seed: int, conversations: int, turns: int) -> tuple:
 
 
 @contextlib.contextmanager
-def quiet_running(engine: str, profile: Profile, **options: Any) -> Iterator[Server]:
-    """A started `Server(engine, profile, **options)`, always stopped; its start-up progress bar (written to
-    stderr) is kept out of the notebook. A failed start still raises, naming the log."""
-    server = Server(engine, profile, **options)
+def quiet_running(launch: Any, profile: Profile) -> Iterator[Server]:
+    """A declared server (servelab.measure.chapter_servers.Launch) started, always stopped; its start-up progress
+    bar (written to stderr) is kept out of the notebook. A failed start still raises, naming the log."""
+    server = launch.server(profile)
     with contextlib.redirect_stderr(io.StringIO()):
         server.start()
     try:

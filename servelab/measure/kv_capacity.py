@@ -82,14 +82,15 @@ def sglang_buffer_gib(pool_tokens: int, page_size: int, bytes_per_token: int) ->
     return (pool_tokens + page_size) * bytes_per_token / 2**30
 
 
-def capacity_for_budget(engine: str, profile: Profile, tokens: int) -> dict[str, Any]:
-    """Start `engine` with a KV budget of `tokens`, read what it built (`engine_capacity`) and stop it.
+def capacity_for_budget(launch: Any, profile: Profile) -> dict[str, Any]:
+    """Start a declared server (servelab.measure.chapter_servers.Launch: an engine and its KV budget), read what
+    it built (`engine_capacity`) and stop it.
 
     `started` says whether it came up; an engine may refuse a budget at start (vLLM does when the
     pool cannot hold one request of the profile's `max_model_len`), and then `reason` is the first
     exception its log names: the root cause, not the errors that follow from it.
     """
-    srv = Server(engine, profile, kv_cache_tokens=tokens)
+    srv = launch.server(profile)
     try:
         srv.start()
     except EngineStartError:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -18,6 +19,7 @@ from servelab.engines.client import Endpoint, chat_response, run_load
 from servelab.engines.engine_side import script
 from servelab.engines.server import Server
 from servelab.machine import engine_envs, models
+from servelab.machine.model_shapes import dtype_bytes
 from servelab.machine.profiles import Profile
 
 PROGRAMS_START = "# --- programs (notebook 00 prints this part) ---"
@@ -33,9 +35,24 @@ CANDIDATES = 5  # top alternatives each engine reports per generated token
 # A divergence counts as rounding only between each side's best two candidates, this close (nats) on both
 # sides: a few times what one bfloat16 rounding (2**-8 relative) does to logits of magnitude ~10-30.
 NEAR_TIE_RANK, NEAR_TIE_NATS = 2, 0.5
-# The dtype the chapter compares a profile's dtype with: bfloat16 beside float32, float16 beside the 16-bit
-# dtypes (float32 weights of a GPU profile's model would not fit its smallest GPU).
-OTHER_DTYPE = {"float32": "bfloat16", "bfloat16": "float16", "float16": "bfloat16"}
+# The dtype the chapter compares a profile's dtype with: bfloat16 beside float32, float32 beside the 16-bit
+# dtypes. Not float16 beside bfloat16: Qwen2.5 was trained in bfloat16, and float16's smaller range can overflow
+# its activations (`dtype_comparison` runs the 16-bit profiles' comparison on their small draft model, whose
+# float32 weights fit every GPU profile).
+OTHER_DTYPE = {"float32": "bfloat16", "bfloat16": "float32", "float16": "float32"}
+
+
+def dtype_comparison(profile: Profile) -> tuple[str | None, str, str]:
+    """(model, profile's dtype, the other dtype) chapter 00 compares. model None: the profile's own model, whose
+    run in the profile's dtype is the baseline. A 16-bit profile's model would not fit in float32, so there both
+    sides run its draft model (which the profile names for speculative decoding)."""
+    other = other_dtype(profile.dtype)
+    if dtype_bytes(other) <= dtype_bytes(profile.dtype):
+        return None, profile.dtype, other
+    if not profile.draft_model:
+        raise ValueError(f"profile {profile.name!r} runs {profile.dtype} and names no draft_model to compare "
+                         f"{other} on")
+    return profile.draft_model, profile.dtype, other
 
 
 def _check_dtype(dtype: str) -> str:
@@ -193,6 +210,21 @@ class Comparison:
         (a divergence that cannot be judged, without candidates, fails)."""
         diverged = self.table[~self.table["same tokens"]]
         return bool((not self.exact or diverged.empty) and diverged["near tie"].astype(bool).all())
+
+
+def dtype_answers(profile: Profile, launches: Mapping[str, Any], questions: Sequence[str],
+                  profile_answers: list[Answer]) -> dict[str, list[Answer]]:
+    """The two sides of chapter 00's dtype comparison, baseline first: the profile's own vLLM answers and its
+    "other dtype" server's, or (a 16-bit profile, see `dtype_comparison`) its "dtype baseline" and "other dtype"
+    servers' answers, both on the draft model. `launches`: the chapter's declared servers by name."""
+    model, base, other = dtype_comparison(profile)
+    out = {} if model else {f"vLLM, {base} (profile)": profile_answers}
+    for name, dtype in (("dtype baseline", base), ("other dtype", other)):
+        if name == "dtype baseline" and not model:
+            continue
+        with launches[name].server(profile) as server:
+            out[f"vLLM, {model + ', ' if model else ''}{dtype}"] = greedy_tokens(server, questions)
+    return out
 
 
 def compare(questions: Sequence[str], answers: dict[str, list[Answer]], *, exact: bool) -> Comparison:

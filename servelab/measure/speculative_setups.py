@@ -22,22 +22,19 @@ fields it filled in and which of its handlers did.
 from __future__ import annotations
 
 import json
-import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from servelab.engines import flags, launch
+from servelab.engines import flags
 from servelab.engines.engine_side import script
-from servelab.engines.server import running
 from servelab.integers import int_at_least
-from servelab.machine import engine_envs, models, profiles
+from servelab.machine import engine_envs, models
 from servelab.machine.draft_models import truncated_copy
 from servelab.machine.profiles import Profile
-from servelab.measure import speculative_live as live
 from servelab.measure.speculative import llama_parameters, model_parameters
 
 _CODE = '''def parse_scores(lines):
@@ -73,17 +70,8 @@ CONTROL = "free writing (control)"
 REPETITIVE = tuple(name for name in TASKS if name != CONTROL)
 
 
-@dataclass(frozen=True)
-class Run:
-    """One speculative configuration of one engine, measured against the same engine without it."""
-
-    label: str
-    engine: str  # "vllm" or "sglang"
-    model: str  # the target, a hub id
-    options: dict = field(default_factory=dict)  # engine options: vLLM's speculative_config, SGLang's flags
-
-
 QWEN_7B, QWEN_05B, QWEN_72B = "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-72B-Instruct"
+QWEN_3B = "Qwen/Qwen2.5-3B-Instruct"
 # vocab_size in each model's config.json on the hub (the rows of the embedding; the tokenizer is one):
 # the small Qwen2.5 models pad it to a multiple of 128, the large ones to a multiple of 256.
 VOCAB_SIZES = {QWEN_05B: 151936, QWEN_7B: 152064, QWEN_72B: 152064}
@@ -170,71 +158,6 @@ def methods(profile: Profile, k: int, lookup: tuple[int, int], draft_layers: Seq
         name = "draft: the model itself" if n == total else f"draft: first {n} layers"
         out.append(Method(name, draft_model(draft_source(profile, n), k), ratios[n], n))
     return out
-
-
-# ----------------------------------------------------------------------------- GPU runs
-
-def all_gpu_runs(k: int = 4) -> list[Run]:
-    """The GPU runs, whatever the profile (the tests parse every one)."""
-    chain = {"speculative_num_steps": k - 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": k}
-    return [
-        Run("vLLM draft_model: Qwen2.5-0.5B -> 7B", "vllm", QWEN_7B,
-            {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k,
-                                    "use_heterogeneous_vocab": True}}),
-        Run("vLLM EAGLE-3 head -> Llama-3.1-8B", "vllm", LLAMA_8B,
-            {"speculative_config": {"method": "eagle3", "model": EAGLE3_HEADS["vllm"], "num_speculative_tokens": k}}),
-        Run("SGLang STANDALONE: Qwen2.5-0.5B -> 7B", "sglang", QWEN_7B,
-            {"speculative_algorithm": "STANDALONE", "speculative_draft_model_path": QWEN_05B, **chain}),
-        Run("SGLang EAGLE3 head -> Llama-3.1-8B (SGLang's own steps/top-k/draft tokens)", "sglang", LLAMA_8B,
-            {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": EAGLE3_HEADS["sglang"]}),
-    ]
-
-
-def profile_draft_config(profile_name: str) -> dict:
-    """The vLLM draft configuration a profile names (servelab/data/profiles.toml)."""
-    return dict(profiles.load(profile_name).speculative.get("vllm", {}))
-
-
-def gpu_runs(profile: Profile, k: int = 4) -> list[Run]:
-    """The runs this profile makes: all of them on a GPU profile, none where there is no GPU."""
-    return all_gpu_runs(k) if profile.device == "cuda" else []
-
-
-def run_command(run: Run, profile: Profile, port: int = 8000) -> list[str]:
-    """The launch command of ``run`` on ``profile``, as servelab starts it (the model is not looked up)."""
-    ref = models.ModelRef(source=run.model, served_name=run.model, local=False)
-    return launch.command(run.engine, profile, ref, port, dict(run.options)).argv
-
-
-def gpu_commands(profile_name: str = "gpu-24g", k: int = 4) -> pd.DataFrame:
-    """Every GPU run's launch command on a GPU profile, as one would type it."""
-    profile = profiles.load(profile_name)
-    return pd.DataFrame([{"run": run.label, "engine": run.engine, "command": shlex.join(run_command(run, profile))}
-                         for run in all_gpu_runs(k)])
-
-
-def measure_run(run: Run, profile: Profile, task_tokens: int, concurrency: Sequence[int],
-                sweep_tokens: int) -> pd.DataFrame:
-    """One GPU run against the same engine and target without speculation, one server at a time:
-    the decode speedup and tokens per verification on the greedy tasks (one request at a time, with
-    whether every answer kept its tokens) and per concurrency on the sweep's waves."""
-    prompts = [TASKS[name] for name in REPETITIVE]
-    got = {}
-    for label, options in (("plain", {}), ("speculative", run.options)):
-        with running(run.engine, profile, model=run.model, **options) as server:
-            got[label] = (live.answer_tasks(server, TASKS, task_tokens),
-                          live.sweep(server, prompts, concurrency, sweep_tokens))
-    (plain_tasks, plain_sweep), (spec_tasks, spec_sweep) = got["plain"], got["speculative"]
-    rate = "decode tokens/s per request"
-    rows = spec_sweep.assign(speedup=spec_sweep[rate] / plain_sweep[rate].to_numpy())
-    one = {"workload": "tasks", "concurrency": 1, "speedup": (spec_tasks.table["decode tokens/s"]
-                                         / plain_tasks.table["decode tokens/s"].to_numpy()).mean(),
-           "tokens per verification": spec_tasks.table["tokens per verification"].mean(),
-           "same tokens": all(a.token_ids == b.token_ids for a, b in zip(plain_tasks.answers, spec_tasks.answers,
-                                                                          strict=True))}
-    frame = pd.concat([pd.DataFrame([one]),
-                       rows[["concurrency", "speedup", "tokens per verification"]].assign(workload="waves")])
-    return frame.assign(run=run.label, engine=run.engine)
 
 
 def vllm_spec_defaults(env_name: str | None = None) -> dict:

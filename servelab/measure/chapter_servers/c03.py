@@ -1,0 +1,19 @@
+"""Chapter 03's servers: vLLM with an endpoint that empties its prefix cache, SGLang reporting cached tokens and
+prefilling a burst in one step, and SGLang again with the longest-prefix-match policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servelab.machine.profiles import Profile
+from servelab.measure.chapter_servers import Launch, by_name
+from servelab.measure.prefix_burst import one_step_prefill
+from servelab.measure.prefix_cache_live import cache_options
+
+
+def servers(profile: Profile, *, kv_tokens: int | None = None, **parameters: Any) -> dict[str, Launch]:
+    tokens = kv_tokens or profile.max_model_len * 9 // 8  # one full-length sequence plus vLLM's null block
+    sglang = {**cache_options("sglang"), **one_step_prefill(tokens), "kv_cache_tokens": tokens}
+    return by_name(Launch("vllm", "vllm", {**cache_options("vllm"), "kv_cache_tokens": tokens}),
+                   Launch("sglang", "sglang", sglang),
+                   Launch("sglang lpm", "sglang", {**sglang, "schedule_policy": "lpm"}))

@@ -1,0 +1,130 @@
+"""Chapter 05's GPU runs: draft pairs and EAGLE-3 heads each engine accepts, measured against the same target
+without speculation, one server at a time; runs that need a gated model are skipped, with the reason, when no
+Hugging Face token is set.
+
+The heads are the ones the installed engines name themselves: ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`` in a
+comment of vLLM's ``vllm/config/speculative.py``, ``lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B`` as SGLang's
+``DEFAULT_DRAFT_MODEL_EAGLE3`` (``sglang/test/test_utils.py``), both for Llama-3.1-8B-Instruct (gated on the hub).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from servelab.engines import launch
+from servelab.machine import hub, models, profiles
+from servelab.machine.profiles import Profile
+from servelab.measure import speculative_live as live
+from servelab.measure.speculative_setups import EAGLE3_HEADS, LLAMA_8B, QWEN_05B, QWEN_3B, QWEN_7B, REPETITIVE, TASKS
+
+
+@dataclass(frozen=True)
+class Run:
+    """One speculative configuration of one engine, measured against the same engine without it."""
+
+    label: str
+    engine: str  # "vllm" or "sglang"
+    model: str  # the target, a hub id
+    options: dict = field(default_factory=dict)  # engine options: vLLM's speculative_config, SGLang's flags
+    profiles: tuple[str, ...] = ()  # the GPU profiles it runs on
+
+
+def all_gpu_runs(k: int = 4) -> list[Run]:
+    """The GPU runs, each on the profiles whose GPUs it fits (`python -m servelab plan` checks that, and each pair
+    with both engines' own rules, servelab.engines.draft_rules). Qwen2.5-0.5B drafts for the 3B on both engines
+    (one vocabulary); for the 7B, the articles' pair, only vLLM can (use_heterogeneous_vocab); SGLang's STANDALONE
+    refuses unequal vocabularies. EAGLE-3 heads for Llama-3.1-8B need the 80 GB profile on SGLang."""
+    chain = {"speculative_num_steps": k - 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": k}
+    both, large = ("gpu-24g", "gpu-80g"), ("gpu-80g",)
+    return [
+        Run("vLLM draft_model: Qwen2.5-0.5B -> 7B", "vllm", QWEN_7B,
+            {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k,
+                                    "use_heterogeneous_vocab": True}}, both),
+        Run("vLLM draft_model: Qwen2.5-0.5B -> 3B", "vllm", QWEN_3B,
+            {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k}}, both),
+        Run("SGLang STANDALONE: Qwen2.5-0.5B -> 3B", "sglang", QWEN_3B,
+            {"speculative_algorithm": "STANDALONE", "speculative_draft_model_path": QWEN_05B, **chain}, both),
+        Run("vLLM EAGLE-3 head -> Llama-3.1-8B", "vllm", LLAMA_8B,
+            {"speculative_config": {"method": "eagle3", "model": EAGLE3_HEADS["vllm"], "num_speculative_tokens": k}},
+            large),
+        Run("SGLang EAGLE3 head -> Llama-3.1-8B (SGLang's own steps/top-k/draft tokens)", "sglang", LLAMA_8B,
+            {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": EAGLE3_HEADS["sglang"]}, large),
+    ]
+
+
+def run_models(run: Run) -> list[str]:
+    """Every hub model a run reads: its target and its draft or head."""
+    spec = run.options.get("speculative_config") or {}
+    return [m for m in (run.model, spec.get("model"), run.options.get("speculative_draft_model_path")) if m]
+
+
+def profile_draft_config(profile_name: str) -> dict:
+    """The vLLM draft configuration a profile names (servelab/data/profiles.toml)."""
+    return dict(profiles.load(profile_name).speculative.get("vllm", {}))
+
+
+def gpu_runs(profile: Profile, k: int = 4) -> list[Run]:
+    """The runs this profile makes (none where there is no GPU)."""
+    return [run for run in all_gpu_runs(k) if profile.name in run.profiles]
+
+
+def run_command(run: Run, profile: Profile, port: int = 8000) -> list[str]:
+    """The launch command of ``run`` on ``profile``, as servelab starts it (the model is not looked up)."""
+    ref = models.ModelRef(source=run.model, served_name=run.model, local=False)
+    return launch.command(run.engine, profile, ref, port, dict(run.options)).argv
+
+
+def gpu_commands(profile_name: str = "gpu-24g", k: int = 4) -> pd.DataFrame:
+    """Every GPU run's launch command on a GPU profile, as one would type it."""
+    profile = profiles.load(profile_name)
+    return pd.DataFrame([{"run": run.label, "engine": run.engine, "command": shlex.join(run_command(run, profile))}
+                         for run in all_gpu_runs(k)])
+
+
+def measure_run(plain: Any, speculative: Any, profile: Profile, task_tokens: int, concurrency: Sequence[int],
+                sweep_tokens: int) -> pd.DataFrame:
+    """One GPU run (two declared servers, servelab.measure.chapter_servers.Launch: the target plain and with
+    speculation), one server at a time: the decode speedup and tokens per verification on the greedy tasks (one
+    request at a time, with whether every answer kept its tokens) and per concurrency on the sweep's waves."""
+    prompts = [TASKS[name] for name in REPETITIVE]
+    got = {}
+    for label, launch_ in (("plain", plain), ("speculative", speculative)):
+        with launch_.server(profile) as server:
+            got[label] = (live.answer_tasks(server, TASKS, task_tokens),
+                          live.sweep(server, prompts, concurrency, sweep_tokens))
+    (plain_tasks, plain_sweep), (spec_tasks, spec_sweep) = got["plain"], got["speculative"]
+    rate = "decode tokens/s per request"
+    rows = spec_sweep.assign(speedup=spec_sweep[rate] / plain_sweep[rate].to_numpy())
+    one = {"workload": "tasks", "concurrency": 1, "speedup": (spec_tasks.table["decode tokens/s"]
+                                         / plain_tasks.table["decode tokens/s"].to_numpy()).mean(),
+           "tokens per verification": spec_tasks.table["tokens per verification"].mean(),
+           "same tokens": all(a.token_ids == b.token_ids for a, b in zip(plain_tasks.answers, spec_tasks.answers,
+                                                                          strict=True))}
+    frame = pd.concat([pd.DataFrame([one]),
+                       rows[["concurrency", "speedup", "tokens per verification"]].assign(workload="waves")])
+    return frame.assign(run=speculative.name, engine=speculative.engine)
+
+
+GPU_COLUMNS = ["run", "engine", "workload", "concurrency", "speedup", "tokens per verification", "same tokens"]
+
+
+def measure_gpu_runs(runs: Sequence[Run], servers: Mapping[str, Any], profile: Profile, task_tokens: int,
+                     concurrency: Sequence[int], sweep_tokens: int) -> tuple[pd.DataFrame, list[str]]:
+    """Every GPU run that can run here, with the chapter's declared servers (`servers[run.label]` and
+    `servers[run.label + ": plain"]`); a run whose models are gated and no token is set is skipped, and the
+    second value says which and why, one line each."""
+    parts, skipped = [], []
+    for run in runs:
+        if reason := hub.skip_reason(run_models(run)):
+            skipped.append(f"{run.label}: skipped: {reason}")
+            continue
+        parts.append(measure_run(servers[f"{run.label}: plain"], servers[run.label], profile, task_tokens,
+                                 concurrency, sweep_tokens))
+    return (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=GPU_COLUMNS)), skipped
+
+
