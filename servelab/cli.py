@@ -1,4 +1,4 @@
-"""Command line: `python -m servelab setup|lock|notebooks|book|lab|translations`."""
+"""Command line: `python -m servelab setup|lock|plan|keys|notebooks|book|lab|translations`."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     p_keys.add_argument("--profile", default="cpu")
     p_keys.add_argument("--all", action="store_true", help="re-execute every chapter")
     p_keys.add_argument("--write", help="write the notebooks to re-execute to this file, one path a line")
+    p_plan = sub.add_parser("plan", help="every server the book starts on a profile: commands, downloads, disk, "
+                            "starts, time; each launch checked by the engines' own rules (no GPU needed)")
+    p_plan.add_argument("--profile", default="auto")
+    p_plan.add_argument("--markdown", help="also write the plan as Markdown to this file")
+    p_plan.add_argument("--commands", action="store_true", help="print every launch command")
     p_book = sub.add_parser("book", help="build the HTML book into _build/html/<lang>/ (every language)")
     p_book.add_argument("--lang", action="append", help="build only this language (repeatable): en ja ko de es")
     p_lab = sub.add_parser("lab", help="setup + notebooks + book + translated notebooks")
@@ -37,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        if args.command in ("setup", "notebooks", "lab", "keys"):
+        if args.command in ("setup", "notebooks", "lab", "keys", "plan"):
             profiles.load(args.profile)  # fail early, with the list of valid names
         if getattr(args, "lang", None):
             from servelab.book.i18n import check_languages
@@ -47,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             return _setup(args)
         if args.command == "keys":
             return _keys(args)
+        if args.command == "plan":
+            return _plan(args)
         if args.command == "lock":
             return _lock(args.names)
         if args.command == "notebooks":
@@ -73,7 +80,11 @@ def main(argv: list[str] | None = None) -> int:
 
             return translations(args.action, args.args)
     except (RuntimeError, ValueError, subprocess.CalledProcessError) as err:
-        print(f"servelab: error: {_one_line(err)}", file=sys.stderr)
+        from servelab.machine.provision import SetupProblem
+
+        lines = str(err).strip().splitlines() if isinstance(err, SetupProblem) else [_one_line(err)]
+        for line in lines:  # a set-up problem: every one, one line each
+            print(f"servelab: error: {line}", file=sys.stderr)
         return 2
     except OSError as err:  # a tool or file missing: say which, not a traceback
         what = f" ({err.filename})" if err.filename else ""
@@ -101,6 +112,24 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    import shlex
+
+    from servelab.book import launch_plan
+
+    plan = launch_plan.build(args.profile)
+    text = launch_plan.markdown(plan)
+    print(text, end="")
+    if args.commands:
+        for c in plan.chapters:
+            for p in c.launches:
+                print(f"# {c.chapter}: {p.launch.name}\n{shlex.join(p.argv)}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text)
+    return 1 if plan.problems else 0
+
+
 def _lock(names: list[str]) -> int:
     from servelab.machine import locks
 
@@ -124,7 +153,14 @@ def _setup(args: argparse.Namespace) -> int:
     if args.model:
         models.prepare_local(args.model, engine_envs.build(profiles.load(args.profile).vllm_env).python)
     if not (args.env or args.model):
-        setup(args.profile)
+        profile = profiles.load(args.profile)
+        hub_models, need = (), 0
+        if not profile.is_cpu:  # every model any chapter needs, and the disk for them and the venvs
+            from servelab.book import launch_plan
+
+            plan = launch_plan.build(profile.name, check=False)
+            hub_models, need = plan.models, launch_plan.disk_bytes(plan)
+        setup(profile.name, hub_models=hub_models, need_bytes=need)
     return 0
 
 

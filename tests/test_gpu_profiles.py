@@ -11,6 +11,7 @@ from servelab.machine import engine_envs, hardware, models, profiles
 GPU_PROFILES = [n for n in profiles.names() if profiles.load(n).device == "cuda"]
 
 
+@pytest.mark.engine_venv
 def test_the_fake_gpu_is_what_the_hardware_probe_sees(gpu_machine):
     gpu_machine(gpu="NVIDIA H100 80GB HBM3", mib=81559)
     assert [g.name for g in hardware.gpus()] == ["NVIDIA H100 80GB HBM3"]

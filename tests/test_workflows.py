@@ -142,6 +142,8 @@ def test_gpu_workflow_runs_setup_papermill_and_checks_each_notebook_once() -> No
     lines = commands(workflow)
     bootstrap = lines.index("source scripts/bootstrap.sh")
     setup = next(i for i, c in enumerate(lines) if c.endswith('-m servelab setup --profile "$PROFILE"'))
+    plan = next(i for i, c in enumerate(lines) if '-m servelab plan --profile "$PROFILE"' in c)
+    assert bootstrap < plan < setup, "the plan checks every launch before anything is installed or downloaded"
     run_all = '-m servelab notebooks --profile "$PROFILE" --keep-going'
     execute = next(i for i, c in enumerate(lines) if c.endswith(run_all))
     check = lines.index(CHECK_COMMAND)
@@ -155,7 +157,7 @@ def test_gpu_workflow_runs_setup_papermill_and_checks_each_notebook_once() -> No
     assert any("SERVELAB_HOME=" in c and "runner.tool_cache" in c and "GITHUB_ENV" in c for c in lines)
     (upload,) = uses(workflow, "actions/upload-artifact")
     assert upload["if"] == "always()"
-    assert {"notebooks/*.ipynb", "results/", "_build/failed/", "${{ env.SERVELAB_HOME }}/logs/"} <= set(
+    assert {"plan.md", "notebooks/*.ipynb", "results/", "_build/failed/", "${{ env.SERVELAB_HOME }}/logs/"} <= set(
         upload["with"]["path"].splitlines())
     assert notebooks["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
     (python,) = uses(workflow, "actions/setup-python")

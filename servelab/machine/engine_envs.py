@@ -55,7 +55,8 @@ class EngineEnv:
     def spec_hash(self) -> str:
         """Changes whenever the lock or the spec changes, so a stale venv is rebuilt."""
         lock = self.lock.path.read_bytes() if self.lock.path.is_file() else b"no lock"
-        text = hashlib.sha256(lock).hexdigest() + json.dumps(self.spec, sort_keys=True)
+        spec = {k: v for k, v in self.spec.items() if k != "disk_gib"}  # a size note; builds nothing differently
+        text = hashlib.sha256(lock).hexdigest() + json.dumps(spec, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def is_ready(self) -> bool:

@@ -1,0 +1,86 @@
+"""What a GPU profile's machine must have before setup installs or downloads anything: a driver new enough for the
+CUDA the locked engines were built with, a Python both engines ship wheels for, and the disk the plan needs.
+
+Each check returns one line naming the problem and what to do, or None.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from servelab.machine import engine_envs, locks, profiles
+
+# NVIDIA's minimum Linux driver for each CUDA major, with minor-version compatibility (the CUDA Toolkit release
+# notes, "CUDA Toolkit and Corresponding Driver Versions"): any 12.x toolkit runs on >= 525.60.13, any 13.x on
+# >= 580.65.06.
+MIN_DRIVER = {12: (525, 60, 13), 13: (580, 65, 6)}
+PYTHONS = ((3, 11), (3, 13))  # both engines' wheels: vLLM requires >=3.11, SGLang 0.5.23 ships cp311-cp313
+GIB = 2**30
+
+
+def cuda_major(env_name: str) -> int | None:
+    """The CUDA major the env's lock installs (its nvidia-cuda-runtime), None for a CPU env."""
+    version = locks.pins(locks.get(env_name).path).get("nvidia-cuda-runtime")
+    return int(version.split(".")[0]) if version else None
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi reports it, None without one."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return out.strip().splitlines()[0].strip() if out.strip() else None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def driver_problem(profile: profiles.Profile, driver: str | None = None) -> str | None:
+    majors = sorted({m for e in ("vllm", "sglang") if (m := cuda_major(profile.engine_env(e)))})
+    if not majors:
+        return None
+    need = max(MIN_DRIVER[m] for m in majors)
+    driver = driver or driver_version()
+    wanted = ".".join(map(str, need))
+    if driver is None:
+        return (f"no NVIDIA driver found (nvidia-smi); profile {profile.name}'s engines are built for CUDA "
+                f"{majors[-1]}, which needs driver {wanted} or newer")
+    if _version(driver) < need:
+        return (f"NVIDIA driver {driver} is too old for CUDA {majors[-1]}, which the locked engines of profile "
+                f"{profile.name} use; it needs {wanted} or newer (rent an image with driver R{need[0]}+)")
+    return None
+
+
+def python_problem(version: tuple[int, int] | None = None) -> str | None:
+    version = version or sys.version_info[:2]
+    low, high = PYTHONS
+    if not low <= version <= high:
+        return (f"Python {version[0]}.{version[1]} cannot run both engines; use Python "
+                f"{low[0]}.{low[1]} to {high[0]}.{high[1]}")
+    return None
+
+
+def disk_problem(path: Path, need_bytes: int) -> str | None:
+    """Whether the file system holding `path` (or its nearest existing parent) has `need_bytes` free."""
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need_bytes:
+        return (f"{probe} has {free / GIB:.0f} GiB free; this profile needs {need_bytes / GIB:.0f} GiB "
+                "(engine venvs and models): free some space or point SERVELAB_HOME and HF_HOME at a larger disk")
+    return None
+
+
+def env_bytes(env_name: str) -> int:
+    """What an engine venv takes on disk once built: its `disk_gib` in engine_envs.toml (measured with du)."""
+    return int(float(engine_envs.get(env_name).spec.get("disk_gib", 0)) * GIB)
