@@ -170,12 +170,17 @@ def gpu_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cal
                 if entry.name != engine_envs.MARKER:
                     (env.path / entry.name).symlink_to(entry)
             (env.path / engine_envs.MARKER).write_text(json.dumps({"spec_hash": env.spec_hash(), "name": name}))
-        for prof in map(profiles.load, profiles.names()):
-            for model in (prof.model, prof.draft_model):
-                if model and not model.startswith("local:"):
-                    snap = hub / f"models--{model.replace('/', '--')}" / "snapshots" / "config-only"
-                    snap.mkdir(parents=True, exist_ok=True)
-                    (snap / "config.json").write_text(json.dumps(flags.stand_in_config(model)))
+        from servelab.book import launch_plan
+
+        wanted = {m for n in profiles.names() if n != "cpu"
+                  for m in launch_plan.build(n, check=False).models}
+        for model in sorted(wanted):  # what setup would have downloaded; config.json is what servelab reads
+            repo = hub / f"models--{model.replace('/', '--')}"
+            snap = repo / "snapshots" / "config-only"
+            snap.mkdir(parents=True, exist_ok=True)
+            (repo / "refs").mkdir(exist_ok=True)
+            (repo / "refs" / "main").write_text("config-only")  # as a download leaves it (servelab.machine.hub)
+            (snap / "config.json").write_text(json.dumps(flags.stand_in_config(model)))
         hardware.gpus.cache_clear()
         return home
 

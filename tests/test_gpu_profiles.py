@@ -57,3 +57,73 @@ def test_sglang_chooses_its_own_memory_share_on_a_gpu_profile(name):
     vllm = launch.command("vllm", prof, model, 8000, {}).argv
     assert "--mem-fraction-static" not in sglang
     assert vllm[vllm.index("--gpu-memory-utilization") + 1] == str(prof.gpu_memory_utilization)
+
+
+@pytest.mark.engine_venv
+@pytest.mark.parametrize("name", GPU_PROFILES)
+def test_every_declared_gpu_server_builds_on_a_gpu_machine(gpu_machine, name, monkeypatch):
+    """Each server every chapter declares for a GPU profile constructs (venv, model, command) with only what the
+    profile's setup leaves behind; none needs the cpu model, a cpu venv or the hub."""
+    from servelab.book import launch_plan
+
+    gpu_machine(mib=23034 if name == "gpu-24g" else 81559)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    prof = profiles.load(name)
+    for planned in launch_plan.plan_launches(prof):
+        server = planned.launch.server(prof)
+        assert server.env.name == prof.engine_env(planned.launch.engine)
+        assert "/envs/" + prof.engine_env(planned.launch.engine) + "/" in server.spec.argv[0]
+        assert not server.model.local and server.model.source == (planned.launch.model or prof.model)
+
+
+@pytest.mark.engine_venv
+def test_the_helpers_chapters_call_on_a_gpu_profile(gpu_machine):
+    """The engine-reading helpers the chapters call, on gpu-24g's machine: chapter 00's launch table, 04's and
+    06's engine defaults, 05's methods and SGLang's speculative resolution."""
+    from servelab.measure import chunked_prefill_live, recipes, setup_check
+    from servelab.measure import speculative_setups as setups
+
+    gpu_machine()
+    prof = profiles.load("gpu-24g")
+    table = setup_check.launch_commands_table()
+    assert not table.command.str.contains("profile cpu").any() and table[
+        table.command.str.startswith("servelab")].accepted.all()
+    assert setup_check.dtype_comparison(prof) == (prof.draft_model, "bfloat16", "float32")
+    defaults = chunked_prefill_live.engine_defaults(prof)
+    assert set(defaults) == {"vllm", "sglang"}
+    assert set(recipes.memory_defaults(prof)) == {"vllm", "sglang"}
+    names = [m.name for m in setups.methods(prof, 4, (2, 4), [])]
+    assert names == ["n-gram", f"draft: {prof.draft_model}"]
+    resolved = setups.sglang_defaults({prof.model: prof.model}, env_name=prof.sglang_env)
+    assert (resolved.table.error == "").all()
+
+
+def test_gated_gpu_runs_are_skipped_with_their_reason_without_a_token(monkeypatch, tmp_path):
+    from servelab.measure import speculative_gpu
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    prof = profiles.load("gpu-80g")
+    gated = [r for r in speculative_gpu.gpu_runs(prof) if "meta-llama/Llama-3.1-8B-Instruct" in
+             speculative_gpu.run_models(r)]
+    assert gated
+    frame, skipped = speculative_gpu.measure_gpu_runs(gated, {}, prof, 8, [1], 8)
+    assert frame.empty and len(skipped) == len(gated)
+    assert all("skipped" in line and "HF_TOKEN" in line and "\n" not in line for line in skipped)
+
+
+def test_setup_of_a_gpu_profile_checks_the_driver_before_anything(gpu_machine, monkeypatch):
+    from servelab.machine import gpu_checks, provision
+
+    prof = profiles.load("gpu-24g")
+    assert gpu_checks.driver_problem(prof, "580.65.06") is None
+    old = gpu_checks.driver_problem(prof, "550.54.15")
+    assert "550.54.15 is too old for CUDA 13" in old and "580.65.06" in old
+    assert gpu_checks.python_problem((3, 10)) == "Python 3.10 cannot run both engines; use Python 3.11 to 3.13"
+    assert gpu_checks.python_problem((3, 12)) is None
+    assert "needs 1000000 GiB" in gpu_checks.disk_problem(engine_envs.get("vllm-gpu").path, 10**6 * 2**30)
+    home = gpu_machine(driver="535.104.05")
+    with pytest.raises(provision.SetupProblem, match="535.104.05 is too old for CUDA 13"):
+        provision.setup("gpu-24g")
+    assert not list(home.glob("logs/env-*.log"))  # stopped before building anything

@@ -81,3 +81,21 @@ def test_a_bad_profile_is_one_line():
     out = subprocess.run([sys.executable, "-m", "servelab", "plan", "--profile", "gpu-7g"], capture_output=True,
                          text=True, cwd=REPO)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unknown profile 'gpu-7g'" in out.stderr
+
+
+@pytest.mark.engine_venv
+@pytest.mark.parametrize("name", GPU_PROFILES)
+def test_the_cloud_page_shows_the_current_plan(plans, name):
+    """book/cloud_gpu.md includes book/plans/<profile>.txt: what `plan` prints now, not what it printed once."""
+    committed = (REPO / "book" / "plans" / f"{name}.txt").read_text()
+    assert committed == launch_plan.markdown(plans[name]), (
+        f"book/plans/{name}.txt is stale: python -m servelab plan --profile {name} --markdown book/plans/{name}.txt")
+
+
+@pytest.mark.parametrize("name", GPU_PROFILES)
+def test_the_cloud_page_names_each_profiles_models(name):
+    page = (REPO / "book" / "cloud_gpu.md").read_text()
+    prof = profiles.load(name)
+    row = next(line for line in page.splitlines() if line.startswith(f"| `{name}` |"))
+    assert prof.model.split("/")[1] in row and prof.draft_model.split("/")[1] in row
+    assert f"plans/{name}.txt" in page

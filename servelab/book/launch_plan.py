@@ -156,7 +156,9 @@ def problems(profile: Profile, launches: list[PlannedLaunch]) -> tuple[list[str]
     # On the profile's own machine its own venvs parse; elsewhere (CI, a laptop) the same release's build that can
     # run there: a CUDA build's vLLM cannot even parse where no GPU is found ("Failed to infer device type").
     own = {e: profile.engine_env(e) for e in launch.ENGINES} if profile.is_cpu or hardware.gpus() else None
-    verdicts = flags.check_commands([(p.launch.engine, p.argv) for p in launches], env_names=own)
+    unique = list(dict.fromkeys((p.launch.engine, tuple(p.argv)) for p in launches))  # chapters share servers
+    checked = dict(zip(unique, flags.check_commands([(e, list(a)) for e, a in unique], env_names=own), strict=True))
+    verdicts = [checked[(p.launch.engine, tuple(p.argv))] for p in launches]
     for p, v in zip(launches, verdicts, strict=True):
         if not v.ok:
             found.append(f"{where(p)}: {v.checked_with} refuses it at {v.stage}: {v.error}")
@@ -164,9 +166,10 @@ def problems(profile: Profile, launches: list[PlannedLaunch]) -> tuple[list[str]
                   draft_rules.pair_problems(p.launch.engine, p.launch.model or profile.model, p.launch.options)]
     if not profile.is_cpu:
         gpus = memory_fit.gpu_classes(profile.name)
-        fits = memory_fit.fit_many([(p.launch.engine, p.argv, gpu) for p in launches for gpu in gpus])
-        pairs = [(p, gpu) for p in launches for gpu in gpus]
-        found += [f"{where(p)}: {fit.problem}" for (p, _), fit in zip(pairs, fits, strict=True) if not fit.fits]
+        keys = list(dict.fromkeys((p.launch.engine, tuple(p.argv), gpu) for p in launches for gpu in gpus))
+        fitted = dict(zip(keys, memory_fit.fit_many([(e, list(a), g) for e, a, g in keys]), strict=True))
+        found += [f"{where(p)}: {fit.problem}" for p in launches for gpu in gpus
+                  if not (fit := fitted[(p.launch.engine, tuple(p.argv), gpu)]).fits]
     for model in hub.needs_token(dict.fromkeys(m for p in launches for m in p.models)):
         users = sorted({p.chapter for p in launches if model in p.models})
         notes.append(f"{model} is gated on the Hugging Face hub ({', '.join(users)}): accept its licence on the "
@@ -238,6 +241,9 @@ def markdown(plan: Plan) -> str:
     if plan.models:
         lines += ["", "Hub models, downloaded by setup before any engine starts:", ""]
         lines += [f"- `{m}`: {download_bytes(m) / GIB:.1f} GiB" for m in plan.models]
+    if not plan.profile.is_cpu:
+        gpus = ", ".join(g.name for g in memory_fit.gpu_classes(plan.profile.name))
+        lines += ["", f"Memory checked on: {gpus} (servelab/data/gpu_classes.toml)."]
     lines += ["", "Problems: " + ("none" if not plan.problems else "")]
     lines += [f"- {p}" for p in plan.problems]
     if plan.notes:

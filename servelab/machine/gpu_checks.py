@@ -17,7 +17,7 @@ from servelab.machine import engine_envs, locks, profiles
 # NVIDIA's minimum Linux driver for each CUDA major, with minor-version compatibility (the CUDA Toolkit release
 # notes, "CUDA Toolkit and Corresponding Driver Versions"): any 12.x toolkit runs on >= 525.60.13, any 13.x on
 # >= 580.65.06.
-MIN_DRIVER = {12: (525, 60, 13), 13: (580, 65, 6)}
+MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 PYTHONS = ((3, 11), (3, 13))  # both engines' wheels: vLLM requires >=3.11, SGLang 0.5.23 ships cp311-cp313
 GIB = 2**30
 
@@ -48,9 +48,9 @@ def driver_problem(profile: profiles.Profile, driver: str | None = None) -> str 
     majors = sorted({m for e in ("vllm", "sglang") if (m := cuda_major(profile.engine_env(e)))})
     if not majors:
         return None
-    need = max(MIN_DRIVER[m] for m in majors)
+    wanted = max((MIN_DRIVER[m] for m in majors), key=_version)
+    need = _version(wanted)
     driver = driver or driver_version()
-    wanted = ".".join(map(str, need))
     if driver is None:
         return (f"no NVIDIA driver found (nvidia-smi); profile {profile.name}'s engines are built for CUDA "
                 f"{majors[-1]}, which needs driver {wanted} or newer")
