@@ -101,7 +101,7 @@ from servelab.measure.sglang_policies import start_policy_orders
 servers = c03.servers(prof, kv_tokens=kv_tokens)
 kv_tokens = servers["vllm"].options["kv_cache_tokens"]
 lineup = Lineup({name: launch.server(prof) for name, launch in servers.items()},
-                together=prof.kv_cache_tokens is not None, background=True)
+                together=c03.together(prof), background=True)
 policy_script = start_policy_orders(prof)
 
 # %% [markdown]

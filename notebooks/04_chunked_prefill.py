@@ -53,8 +53,8 @@ from servelab.book import banner, plots, results
 from servelab.book.diagrams_timeline import timeline_comparison
 from servelab.book.i18n import N_
 from servelab.engines import flags
-from servelab.engines.server import running
 from servelab.measure import chunked_prefill_live as live
+from servelab.measure.chapter_servers import c04
 from servelab.sim.chunked_prefill import (
     LONG,
     CostModel,
@@ -152,7 +152,8 @@ for name, config in {"vLLM, budget 6": SchedulerConfig("vllm", budget=6),
 sizes = prof.chunk_sizes
 scenario = live.scenario_for(prof.max_model_len, sizes[0], streams=streams, stream_prompt_tokens=stream_prompt_tokens,
                              long_prompt_fraction=long_prompt_fraction)
-configs = live.chapter_configs(sizes)  # one server each (`python -m servelab plan` lists them)
+configs = live.chapter_configs(sizes)
+servers = c04.servers(prof)  # one server per config, by its label (`python -m servelab plan` lists them)
 vllm_large_cfg, vllm_small_cfg, vllm_threshold_cfg, sgl_plain_cfg, sgl_mixed_cfg, sgl_mixed_large_cfg = configs
 calibration = {"prompt_lengths": [sizes[0], sizes[-1] // 2, sizes[-1]], "batch_sizes": [1, streams],
                "contexts": [stream_prompt_tokens, scenario.long_prompt_tokens // 2],
@@ -183,7 +184,7 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # %%
 parts = []
 for cfg in configs:
-    with running(cfg.engine, prof, **cfg.options()) as server:
+    with servers[cfg.label].server(prof) as server:
         parts.append(live.measure_one(server, cfg, scenario, calibration=calibration, seed=seed))
 runs = live.collect(parts)
 results.save("chunked_prefill_live", runs.stats, prof, scenario=vars(scenario), seed=seed)

@@ -721,12 +721,13 @@ best_shallow
 # fewer rows than the large ones (`config.json`, `vocab_size`), and vLLM's `draft_model` refuses
 # different vocabulary sizes unless `use_heterogeneous_vocab` is set, which in turn works only with
 # greedy drafting (`draft_sample_method = "greedy"`, the default; `vllm/config/speculative.py`).
-# The GPU profiles set it:
+# The `gpu-80g` profile, whose 14B shares the 7B's vocabulary, sets it (`gpu-24g` serves the 3B, which
+# shares the 0.5B's):
 
 # %%
 pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size in setups.VOCAB_SIZES.items()]
-             + [{"model": "gpu-24g profile's vLLM draft config", "vocab_size (config.json)":
-                 str(gpu_runs_.profile_draft_config("gpu-24g"))}])
+             + [{"model": "gpu-80g profile's vLLM draft config", "vocab_size (config.json)":
+                 str(gpu_runs_.profile_draft_config("gpu-80g"))}])
 
 # %% [markdown]
 # ### Speedup against concurrency
@@ -1134,24 +1135,25 @@ pd.Series(resolved.cpu_ops, name="in this SGLang venv")
 # ## On a GPU
 #
 # With a GPU profile, the cells above run the n-gram method and the profile's draft model, and the
-# cell below measures five more runs against the same engine and target without speculation, one
-# server at a time: the articles' draft, Qwen2.5-0.5B, for Qwen2.5-7B (their 72B target does not fit
-# the smallest GPU profile) on vLLM; Llama-3.2-1B drafting for Llama-3.1-8B-Instruct on both engines
-# (SGLang's STANDALONE refuses the Qwen pair: `_validate_vocab_compatibility` in
-# `sglang/srt/speculative/standalone_worker_v2.py` wants the target's vocabulary, and no smaller Qwen2.5
-# has the 7B's); and an EAGLE-3 head for Llama-3.1-8B-Instruct on each engine (the heads the installed
-# engines name themselves). Llama is gated on the hub: without `HF_TOKEN` the runs that need it are
-# skipped, and the cell prints which and why. On a GPU the methods also differ in scheduling: vLLM keeps
+# cell below measures more runs against the same engine and target without speculation, one server
+# at a time, each on the profiles whose GPUs it fits. On both GPU profiles: the articles' draft,
+# Qwen2.5-0.5B, for Qwen2.5-7B (their 72B target does not fit the smallest GPU profile), on vLLM only,
+# since SGLang's STANDALONE wants the target's own vocabulary (`_validate_vocab_compatibility` in
+# `sglang/srt/speculative/standalone_worker_v2.py`) and the 0.5B's is smaller; and the 0.5B for
+# Qwen2.5-3B, one vocabulary, on both engines. On `gpu-80g` also an EAGLE-3 head for
+# Llama-3.1-8B-Instruct on each engine (the heads the installed engines name themselves). Llama is
+# gated on the hub: without `HF_TOKEN` the runs that need it are skipped, and the cell prints which
+# and why. On a GPU the methods also differ in scheduling: vLLM keeps
 # asynchronous scheduling (the next step scheduled while the current one runs), on by default, with
 # EAGLE-type heads, `draft_model` and `ngram_gpu` among others, but not with the `ngram` method this
 # chapter runs: there it is off by default and an error if asked for (`vllm/config/vllm.py`, where
 # `async_scheduling` is resolved). So a GPU run's prompt-lookup speedups, against a plain server
 # that keeps it, include that loss; on the CPU, `vllm/platforms/cpu.py` turns it off for every
-# server, plain included. Their commands as they start on the `gpu-24g` profile;
-# `tests/test_measure_speculative_live.py` has both engines' own parsers accept every one of them:
+# server, plain included. Each profile's runs, with their commands; `python -m servelab plan` has
+# both engines' own parsers, draft rules and memory formulas check every one of them:
 
 # %%
-gpu_runs_.gpu_commands("gpu-24g", k)
+gpu_runs_.gpu_commands(k)
 
 # %%
 gpu_runs = gpu_runs_.gpu_runs(prof, k)

@@ -68,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             from servelab.book import translated_notebooks
             from servelab.book.catalogs import TRANSLATED
             from servelab.book.chapters import build_book, run_notebooks
-            from servelab.machine.provision import setup
-
-            setup(args.profile)
+            _setup_profile(args.profile)
             run_notebooks(args.profile)
             build_book(languages=tuple(args.lang or ()))
             for lang in TRANSLATED:
@@ -143,7 +141,6 @@ def _lock(names: list[str]) -> int:
 
 def _setup(args: argparse.Namespace) -> int:
     from servelab.machine import engine_envs, models
-    from servelab.machine.provision import setup
 
     if args.model:
         models.check_local_name(args.model)  # before anything is built
@@ -153,15 +150,22 @@ def _setup(args: argparse.Namespace) -> int:
     if args.model:
         models.prepare_local(args.model, engine_envs.build(profiles.load(args.profile).vllm_env).python)
     if not (args.env or args.model):
-        profile = profiles.load(args.profile)
-        hub_models, need = (), 0
-        if not profile.is_cpu:  # every model any chapter needs, and the disk for them and the venvs
-            from servelab.book import launch_plan
-
-            plan = launch_plan.build(profile.name, check=False)
-            hub_models, need = plan.models, launch_plan.disk_bytes(plan)
-        setup(profile.name, hub_models=hub_models, need_bytes=need)
+        _setup_profile(args.profile)
     return 0
+
+
+def _setup_profile(name: str) -> None:
+    """Setup of a whole profile, as `setup` and `lab` run it: on a GPU profile with every hub model any chapter
+    starts (the plan's declarations), so that setup downloads them all before an engine starts."""
+    from servelab.machine.provision import setup
+
+    profile = profiles.load(name)
+    hub_models: list[str] = []
+    if not profile.is_cpu:
+        from servelab.book import launch_plan
+
+        hub_models = launch_plan.build(profile.name, check=False).models
+    setup(profile.name, hub_models=hub_models)
 
 
 if __name__ == "__main__":

@@ -105,3 +105,16 @@ def test_missing_results_leave_their_rows_out_and_ledger_rows_stay_editorial(tmp
     verdicts = {c.id: c.verdict for c in claims.load().claims}
     for _, row in table.iterrows():
         assert verdicts[row.evidence.split()[1]] in row.measured
+
+
+def test_the_speculative_row_names_the_engine_that_ran_the_methods(tmp_path):
+    """Chapter 05's methods run on vLLM on every profile; a GPU profile naming SGLang speculation too must not
+    credit SGLang with them."""
+    from servelab.machine import profiles
+
+    pd.DataFrame({"method": ["n-gram"], "speedup, sweep task, 1 request": [1.5],
+                  "speedup, sweep task, 16 requests": [0.9]}).to_csv(tmp_path / "speculative_summary.csv", index=False)
+    for name in ("cpu", "gpu-80g"):
+        row = sg.guide(tmp_path, profiles.load(name), claims.load()).set_index("situation").loc[
+            "speculative decoding to cut latency"]
+        assert row.measured.startswith("vLLM, best method") and "SGLang" not in row.measured

@@ -157,3 +157,16 @@ def test_a_changed_rule_is_found_missing(tmp_path):
     path.write_text("class StandaloneWorkerV2:\n    def renamed(self):\n        pass\n")
     assert draft_rules.rule_source(rule, tmp_path) is None
     assert draft_rules.missing_key_lines(rule, tmp_path) == list(rule.key_lines)
+
+
+def test_sglang_refuses_a_draft_with_a_shorter_context_unless_told():
+    """lmsys's EAGLE-3 head allows 2048 positions; gpu-80g's target context is 16384 (chapter 05's run sets the
+    variable SGLang's own test fixture sets for this head)."""
+    head = {"speculative_algorithm": "EAGLE3",
+            "speculative_draft_model_path": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"}
+    (line,) = draft_rules.context_problems("sglang", head, 16384, {})
+    assert "2048 positions" in line and "16384" in line and "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in line
+    assert draft_rules.context_problems("sglang", head, 16384, {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}) == []
+    assert draft_rules.context_problems("sglang", head, 2048, {}) == []
+    vllm_head = {"speculative_config": {"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}}
+    assert draft_rules.context_problems("vllm", vllm_head, 16384, {}) == []

@@ -127,3 +127,41 @@ def test_setup_of_a_gpu_profile_checks_the_driver_before_anything(gpu_machine, m
     with pytest.raises(provision.SetupProblem, match="535.104.05 is too old for CUDA 13"):
         provision.setup("gpu-24g")
     assert not list(home.glob("logs/env-*.log"))  # stopped before building anything
+
+
+def test_setup_and_lab_download_every_model_the_chapters_start(monkeypatch):
+    """`./lab.sh` (the `lab` command) and `setup` both hand setup the plan's hub models, so chapter 05's 7B is on
+    disk before its server starts, not fetched inside the engine's start window."""
+    from servelab import cli
+    from servelab.book import chapters, translated_notebooks
+    from servelab.machine import provision
+
+    calls = []
+    monkeypatch.setattr(provision, "setup", lambda name, hub_models=(): calls.append((name, list(hub_models))))
+    monkeypatch.setattr(chapters, "run_notebooks", lambda *a, **k: None)
+    monkeypatch.setattr(chapters, "build_book", lambda *a, **k: None)
+    monkeypatch.setattr(translated_notebooks, "write", lambda *a, **k: None)
+    assert cli.main(["setup", "--profile", "gpu-24g"]) == 0
+    assert cli.main(["lab", "--profile", "gpu-24g"]) == 0
+    assert [name for name, _ in calls] == ["gpu-24g", "gpu-24g"] and calls[0] == calls[1]
+    assert {"Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-7B-Instruct"} == set(calls[0][1])
+
+
+@pytest.mark.engine_venv
+def test_the_disk_check_counts_only_what_is_still_missing(gpu_machine, monkeypatch):
+    """A rerun of setup (after a broken download, say) needs room only for what is not there yet; the free space
+    is the operating system's answer, faked here at shutil.disk_usage."""
+    import collections
+
+    from servelab.machine import gpu_checks, hub
+
+    gpu_machine()
+    prof, model = profiles.load("gpu-24g"), "Qwen/Qwen2.5-3B-Instruct"
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(gpu_checks.shutil, "disk_usage", lambda path: usage(0, 0, 2**30))
+    (line,) = gpu_checks.missing_disk(prof, [model])  # the venvs are built; the 3B is not downloaded
+    assert "has 1 GiB free; this profile needs 6 GiB" in line
+    repo = models.hub_cache() / f"models--{model.replace('/', '--')}"
+    (repo / "refs" / "main").write_text("config-only")
+    (repo / hub.COMPLETE).write_text("config-only")
+    assert hub.cached(repo) and gpu_checks.missing_disk(prof, [model]) == []

@@ -270,3 +270,14 @@ def test_check_hub_passes_with_access_and_names_a_missing_id(stand_in, monkeypat
     models.check_hub(LLAMA)
     with pytest.raises(models.ModelMissing, match="org/nothing: no such repository"):
         models.check_hub("org/nothing")
+
+
+def test_a_rerun_or_an_offline_cache_asks_the_hub_nothing(stand_in, monkeypatch):
+    """Setup runs again after a break, or on a machine whose cache was filled elsewhere with HF_HUB_OFFLINE=1:
+    a complete model is not looked up again; offline, a missing one is named."""
+    assert hub.predownload(["org/public"], progress=False) == []
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: any request would fail
+    assert hub.predownload(["org/public"], progress=False) == []
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (line,) = hub.predownload(["org/public", "org/absent"], progress=False)
+    assert line.startswith("org/absent: HF_HUB_OFFLINE is set and it is not in the Hugging Face cache")

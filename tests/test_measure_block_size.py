@@ -71,5 +71,7 @@ def test_a_refusal_names_the_block_size_on_cpu_and_on_cuda():
            "please check the stack trace above for the root cause")  # chapter 02's refusal on the cpu profile
     assert bsz.refusal_names_block_size(cpu)
     assert not bsz.refusal_names_block_size("ValueError: To serve at least one request ...")
+    other = cuda.replace("block_size not supported", "head_size not supported")  # refused, but not for the size
+    assert "block_size=8" in other and not bsz.refusal_names_block_size(other)
     assert not bsz.refusal_names_block_size("")
     assert not bsz.refusal_names_block_size(None)

@@ -26,7 +26,6 @@ import jupytext
 from servelab.book import chapters
 from servelab.engines import draft_rules, flags, launch, memory_fit
 from servelab.machine import gpu_checks, hardware, hub, models, profiles
-from servelab.machine.model_shapes import dtype_bytes, known_shapes
 from servelab.machine.profiles import Profile
 from servelab.measure import chapter_servers
 from servelab.measure.chapter_servers import Launch
@@ -126,10 +125,7 @@ def plan_launches(profile: Profile, sources: Iterable[Any] | None = None,
     return out
 
 
-def download_bytes(model: str) -> int:
-    """A hub model's weights as they download (bf16 safetensors: 2 bytes a parameter), from its known size."""
-    shape = known_shapes().get(model)
-    return int(shape.params_b * 1e9 * dtype_bytes("bfloat16")) if shape and shape.params_b else 0
+download_bytes = gpu_checks.model_bytes
 
 
 def _start_seconds(profile: Profile, planned: PlannedLaunch) -> float:
@@ -162,8 +158,11 @@ def problems(profile: Profile, launches: list[PlannedLaunch]) -> tuple[list[str]
     for p, v in zip(launches, verdicts, strict=True):
         if not v.ok:
             found.append(f"{where(p)}: {v.checked_with} refuses it at {v.stage}: {v.error}")
+        options = {k: v for k, v in p.launch.options.items() if k not in NOT_FLAGS}
         found += [f"{where(p)}: {line}" for line in
-                  draft_rules.pair_problems(p.launch.engine, p.launch.model or profile.model, p.launch.options)]
+                  draft_rules.pair_problems(p.launch.engine, p.launch.model or profile.model, options)
+                  + draft_rules.context_problems(p.launch.engine, options, profile.max_model_len,
+                                                 p.launch.options.get("env", {}))]
     if not profile.is_cpu:
         gpus = memory_fit.gpu_classes(profile.name)
         keys = list(dict.fromkeys((p.launch.engine, tuple(p.argv), gpu) for p in launches for gpu in gpus))

@@ -159,7 +159,7 @@ def _chunked(folder: Path, indicative: bool) -> list[dict]:
 _SPEEDUP = re.compile(r"^speedup, .*?(\d+) requests?$")
 
 
-def _speculative(folder: Path, engines: tuple[str, ...]) -> list[dict]:
+def _speculative(folder: Path) -> list[dict]:
     summary = _csv(folder, "speculative_summary", ("method",))
     if summary is None:
         return []
@@ -172,7 +172,7 @@ def _speculative(folder: Path, engines: tuple[str, ...]) -> list[dict]:
     if rows.empty:
         raise MissingColumn(f"{folder / 'speculative_summary.csv'}: no method has both {lo!r} and {hi!r}")
     best = rows.loc[rows[lo].idxmax()]
-    engine = " and ".join(NAMES[e] for e in engines) or "no engine"
+    engine = NAMES["vllm"]  # chapter 05 sweeps its methods on vLLM (its GPU runs are a separate table)
 
     def verdict(x: float) -> str:
         return "helps" if x > 1 + TIE else "hurts" if x < 1 - TIE else "about even"
@@ -200,7 +200,6 @@ def guide(folder: Path, profile: Profile, ledger: claims.Ledger | None = None) -
     """The decision table from the results saved in `folder` (results/<profile>) and the ledger. On a cpu
     `profile` engine-against-engine timings do not lean (NOT_INDICATIVE)."""
     indicative = not profile.is_cpu
-    speculative = tuple(e for e in NAMES if profile.speculative.get(e))
     rows = [*_head_to_head(folder, indicative), *_prefix(folder), *_chunked(folder, indicative),
-            *_speculative(folder, speculative), *_ledger(ledger or claims.load())]
+            *_speculative(folder), *_ledger(ledger or claims.load())]
     return pd.DataFrame(rows, columns=["situation", "measured", "leaning", "evidence"])

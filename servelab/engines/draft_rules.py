@@ -71,7 +71,10 @@ SGL_REJECTION = Rule("sglang", "sglang/srt/speculative/eagle_worker_v2.py", "Eag
                       "if draft_vocab_size != target_vocab_size:"))
 SGL_HOT_TOKENS = Rule("sglang", "sglang/srt/models/llama_eagle3.py", "LlamaForCausalLMEagle3.load_weights",
                       ('if "d2t" in name:', "self.hot_token_id = loaded_weight + torch.arange(loaded_weight.shape[0])"))
-RULES = (VLLM_METHOD, VLLM_EQUAL, VLLM_ARGS, SGL_STANDALONE, SGL_REJECTION, SGL_HOT_TOKENS)
+SGL_CONTEXT = Rule("sglang", "sglang/srt/configs/model_config.py", "ModelConfig._derive_context_length",
+                   ("envs.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN.get()",))
+CONTEXT_OVERRIDE = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+RULES = (VLLM_METHOD, VLLM_EQUAL, VLLM_ARGS, SGL_STANDALONE, SGL_REJECTION, SGL_HOT_TOKENS, SGL_CONTEXT)
 
 
 def _vocabulary(name: str) -> Vocabulary | None:
@@ -170,6 +173,22 @@ def pair_problems(engine: str, target: str, options: Mapping) -> list[str]:
         config = options.get("speculative_config")
         return _vllm(target, json.loads(config) if isinstance(config, str) else config) if config else []
     return _sglang(target, options) if options.get("speculative_algorithm") else []
+
+
+def context_problems(engine: str, options: Mapping, context_length: int, env: Mapping[str, str]) -> list[str]:
+    """SGLang gives its draft worker the target's context length; a draft whose config.json allows fewer positions
+    is refused (SGL_CONTEXT) unless the server's environment sets CONTEXT_OVERRIDE=1. vLLM raises a draft's limit
+    to the target's itself (SpeculativeConfig._maybe_override_draft_max_position_embeddings): nothing to check."""
+    options = {str(k).replace("-", "_"): v for k, v in options.items()}
+    draft = options.get("speculative_draft_model_path")
+    if engine != "sglang" or not draft or env.get(CONTEXT_OVERRIDE) == "1":
+        return []
+    shape = model_shapes.known_shapes().get(draft)
+    if shape is None or not shape.max_position_embeddings or shape.max_position_embeddings >= context_length:
+        return []
+    return [f"SGLang refuses the draft {draft}: its config.json allows {shape.max_position_embeddings} positions, "
+            f"the target's context is {context_length} ({SGL_CONTEXT.where} raises ValueError unless the server's "
+            f"environment sets {CONTEXT_OVERRIDE}=1)"]
 
 
 def gated_models(models: Iterable[str]) -> list[str]:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servelab.machine import engine_envs, locks, profiles
+from servelab.machine import engine_envs, locks, model_shapes, profiles
 
 # NVIDIA's minimum Linux driver for each CUDA major, with minor-version compatibility (the CUDA Toolkit release
 # notes, "CUDA Toolkit and Corresponding Driver Versions"): any 12.x toolkit runs on >= 525.60.13, any 13.x on
@@ -79,6 +79,36 @@ def disk_problem(path: Path, need_bytes: int) -> str | None:
         return (f"{probe} has {free / GIB:.0f} GiB free; this profile needs {need_bytes / GIB:.0f} GiB "
                 "(engine venvs and models): free some space or point SERVELAB_HOME and HF_HOME at a larger disk")
     return None
+
+
+def model_bytes(model_id: str) -> int:
+    """A hub model's weights as they download (bf16 safetensors: 2 bytes a parameter), from its known size."""
+    shape = model_shapes.known_shapes().get(model_id)
+    return int(shape.params_b * 1e9 * 2) if shape and shape.params_b else 0
+
+
+def missing_disk(profile: profiles.Profile, model_ids: list[str]) -> list[str]:
+    """What setup still has to write, against the free space of the file system it goes to: the engine venvs that
+    are not built yet (under $SERVELAB_HOME) and the models not downloaded yet (the Hugging Face cache), each with
+    a tenth more for the caches engines write. A rerun needs only what is missing."""
+    from servelab.machine import hub, models
+    from servelab.machine.paths import cache_home
+
+    envs = {profile.engine_env(e) for e in ("vllm", "sglang")}
+    venvs = sum(env_bytes(e) for e in envs if not engine_envs.get(e).is_ready())
+    cache = models.hub_cache()
+    weights = sum(model_bytes(m) for m in model_ids if not hub.cached(cache / f"models--{m.replace('/', '--')}"))
+    found = [disk_problem(cache_home(), int(venvs * 1.1)) if venvs else None,
+             disk_problem(cache, int(weights * 1.1)) if weights else None]
+    if venvs and weights and _device(cache_home()) == _device(cache):  # one disk for both: their sum must fit
+        found = [disk_problem(cache, int((venvs + weights) * 1.1))]
+    return [line for line in found if line]
+
+
+def _device(path: Path) -> int:
+    while not path.exists():
+        path = path.parent
+    return path.stat().st_dev
 
 
 def env_bytes(env_name: str) -> int:

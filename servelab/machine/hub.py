@@ -225,7 +225,19 @@ def _download(model_id: str, repo: Path, progress: bool) -> str | None:
         _link(repo / "snapshots" / info["sha"] / name, path)
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(info["sha"])
+    (repo / COMPLETE).write_text(info["sha"])  # every wanted file of this revision is here and checked
     return None
+
+
+COMPLETE = ".servelab-complete"
+
+
+def cached(repo: Path) -> bool:
+    """Whether a model's cache folder holds a revision this module downloaded completely (its marker names the
+    revision refs/main points at)."""
+    ref, done = repo / "refs" / "main", repo / COMPLETE
+    return ref.is_file() and done.is_file() and ref.read_text().strip() == done.read_text().strip() and (
+        repo / "snapshots" / ref.read_text().strip()).is_dir()
 
 
 def predownload(model_ids: Iterable[str], cache: str | Path | None = None, *, progress: bool = True) -> list[str]:
@@ -233,12 +245,19 @@ def predownload(model_ids: Iterable[str], cache: str | Path | None = None, *, pr
     models.hub_cache()), with a progress bar per model; one line per problem (none: all there)."""
     cache = Path(cache) if cache is not None else models.hub_cache()
     problems = []
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     for model_id in dict.fromkeys(model_ids):
+        repo = cache / f"models--{model_id.replace('/', '--')}"
+        if cached(repo) or (offline and (repo / "snapshots").is_dir()):
+            continue  # a rerun, or a cache filled elsewhere: no hub call
+        if offline:
+            problems.append(f"{model_id}: HF_HUB_OFFLINE is set and it is not in the Hugging Face cache at {cache}")
+            continue
         if (reason := skip_reason([model_id])) is not None:
             problems.append(reason)
             continue
         try:
-            problem = _download(model_id, cache / f"models--{model_id.replace('/', '--')}", progress)
+            problem = _download(model_id, repo, progress)
         except Broken as err:
             problem = str(err)
         except _NETWORK as err:

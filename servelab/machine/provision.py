@@ -12,20 +12,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from servelab.machine import engine_envs, gpu_checks, hub, models, profiles
-from servelab.machine.paths import cache_home
 
 
 class SetupProblem(RuntimeError):
     """What this machine lacks for the profile, one line each."""
 
 
-def preflight(profile: profiles.Profile, need_bytes: int = 0) -> list[str]:
-    """The GPU profile's machine checks, one line per problem (none on the cpu profile)."""
+def preflight(profile: profiles.Profile, hub_models: Sequence[str] = ()) -> list[str]:
+    """The GPU profile's machine checks, one line per problem (none on the cpu profile): driver, Python, and disk
+    for what is still to be built and downloaded."""
     if profile.is_cpu:
         return []
     found = [gpu_checks.driver_problem(profile), gpu_checks.python_problem()]
-    found += [gpu_checks.disk_problem(cache_home(), need_bytes)] if need_bytes else []
-    return [line for line in found if line]
+    return [line for line in found if line] + gpu_checks.missing_disk(profile, list(hub_models))
 
 
 def download_models(model_ids: Sequence[str]) -> list[str]:
@@ -37,10 +36,12 @@ def download_models(model_ids: Sequence[str]) -> list[str]:
 
 
 def setup(profile_name: str = "auto", *, engines: tuple[str, ...] = ("vllm", "sglang"),
-          hub_models: Sequence[str] = (), need_bytes: int = 0) -> profiles.Profile:
+          hub_models: Sequence[str] = ()) -> profiles.Profile:
+    """Set up `profile_name`; `hub_models`: every hub model the chapters start (`python -m servelab plan`), which a
+    GPU profile downloads before any engine starts."""
     profile = profiles.load(profile_name)
     print(f"[setup] profile {profile.name}: {profile.summary}", flush=True)
-    if problems := preflight(profile, need_bytes):
+    if problems := preflight(profile, hub_models):
         raise SetupProblem("\n".join(problems))
     t0 = time.monotonic()
     # Both venvs at once: most of a build is waiting on downloads and unpacking, and they share nothing.

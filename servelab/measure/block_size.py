@@ -85,4 +85,5 @@ def refusal_names_block_size(refusal: str | None) -> bool:
     ("block size") or the CUDA platform's attention-backend selection ("No valid attention backend found for cuda
     with ... block_size=8 ... Reasons: {FLASH_ATTN: [block_size not supported], ...}", CudaPlatformBase.
     get_valid_backends and AttentionBackend.validate_configuration)."""
-    return bool(refusal) and "block size" in refusal.lower().replace("_", " ")
+    # Not "block_size" alone: the CUDA message repeats the whole configuration (block_size=8) whatever the reason.
+    return bool(refusal) and ("block_size not supported" in refusal or "block size" in refusal.lower())

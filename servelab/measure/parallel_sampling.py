@@ -52,10 +52,18 @@ def measure_parallel_sampling(server: Server, n_values: list[int], *, num_blocks
         raise ValueError(f"output_tokens must be >= 2 (the last token is never stored), got {output_tokens!r}")
     rows = []
     for n in n_values:
-        prompt = prompt_with_tokens(server, prompt_tokens, seed=10_000 + 100 * seed + n)
-        with Sampler(server.url, ["vllm:kv_cache_usage_perc"], every_s=0.05) as sampler:
-            response = chat_response(server, prompt, n=n, max_tokens=output_tokens, temperature=1.0, seed=seed,
-                                     extra_body={"ignore_eos": True})
+        # A request holds blocks while it runs, so a peak of 0 means the gauge was not published while it ran
+        # (seen once, on a server's first request under load): send it again, with a fresh prompt, up to twice.
+        for attempt in range(3):
+            prompt = prompt_with_tokens(server, prompt_tokens, seed=10_000 + 100 * seed + n + 1_000_000 * attempt)
+            with Sampler(server.url, ["vllm:kv_cache_usage_perc"], every_s=0.05) as sampler:
+                response = chat_response(server, prompt, n=n, max_tokens=output_tokens, temperature=1.0, seed=seed,
+                                         extra_body={"ignore_eos": True})
+            peak = sampler.frame()["vllm:kv_cache_usage_perc"].max()
+            if peak > 0:
+                break
+        else:
+            raise RuntimeError(f"vLLM's vllm:kv_cache_usage_perc stayed 0 while {n} samples ran, three times")
         got = response.usage.prompt_tokens
         if got != prompt_tokens:
             raise RuntimeError(f"/tokenize counted {prompt_tokens} tokens but the chat request used {got}")
@@ -68,7 +76,7 @@ def measure_parallel_sampling(server: Server, n_values: list[int], *, num_blocks
             "n": n,
             "prompt tokens": got,
             "shared prompt tokens": (details.cached_tokens or 0) if details and n > 1 else 0,
-            "measured blocks": round(sampler.frame()["vllm:kv_cache_usage_perc"].max() * (num_blocks - 1)),
+            "measured blocks": round(peak * (num_blocks - 1)),
             "predicted blocks": predicted["shared"],
             "blocks without sharing": predicted["unshared"],
         })

@@ -32,6 +32,7 @@ class Run:
     model: str  # the target, a hub id
     options: dict = field(default_factory=dict)  # engine options: vLLM's speculative_config, SGLang's flags
     profiles: tuple[str, ...] = ()  # the GPU profiles it runs on
+    env: dict = field(default_factory=dict)  # environment the speculative server needs besides its flags
 
 
 def all_gpu_runs(k: int = 4) -> list[Run]:
@@ -45,15 +46,21 @@ def all_gpu_runs(k: int = 4) -> list[Run]:
         Run("vLLM draft_model: Qwen2.5-0.5B -> 7B", "vllm", QWEN_7B,
             {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k,
                                     "use_heterogeneous_vocab": True}}, both),
+        # (gpu-24g serves the 3B, and its chapter already runs this pair as the profile's draft)
         Run("vLLM draft_model: Qwen2.5-0.5B -> 3B", "vllm", QWEN_3B,
-            {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k}}, both),
+            {"speculative_config": {"method": "draft_model", "model": QWEN_05B, "num_speculative_tokens": k}}, large),
         Run("SGLang STANDALONE: Qwen2.5-0.5B -> 3B", "sglang", QWEN_3B,
             {"speculative_algorithm": "STANDALONE", "speculative_draft_model_path": QWEN_05B, **chain}, both),
         Run("vLLM EAGLE-3 head -> Llama-3.1-8B", "vllm", LLAMA_8B,
             {"speculative_config": {"method": "eagle3", "model": EAGLE3_HEADS["vllm"], "num_speculative_tokens": k}},
             large),
+        # The head's config.json says max_position_embeddings 2048; SGLang gives its draft worker the target's
+        # context length and ModelConfig._derive_context_length (sglang/srt/configs/model_config.py) refuses a longer
+        # one unless this variable is set, as SGLang's own test fixture for this head does
+        # (sglang/test/server_fixtures/spec_eagle_fixture.py).
         Run("SGLang EAGLE3 head -> Llama-3.1-8B (SGLang's own steps/top-k/draft tokens)", "sglang", LLAMA_8B,
-            {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": EAGLE3_HEADS["sglang"]}, large),
+            {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": EAGLE3_HEADS["sglang"]}, large,
+            {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}),
     ]
 
 
@@ -79,11 +86,14 @@ def run_command(run: Run, profile: Profile, port: int = 8000) -> list[str]:
     return launch.command(run.engine, profile, ref, port, dict(run.options)).argv
 
 
-def gpu_commands(profile_name: str = "gpu-24g", k: int = 4) -> pd.DataFrame:
-    """Every GPU run's launch command on a GPU profile, as one would type it."""
-    profile = profiles.load(profile_name)
-    return pd.DataFrame([{"run": run.label, "engine": run.engine, "command": shlex.join(run_command(run, profile))}
-                         for run in all_gpu_runs(k)])
+def gpu_commands(k: int = 4) -> pd.DataFrame:
+    """Each GPU profile's runs and their launch commands, as one would type them."""
+    rows = []
+    for name in (n for n in profiles.names() if profiles.load(n).device == "cuda"):
+        profile = profiles.load(name)
+        rows += [{"profile": name, "run": run.label, "engine": run.engine,
+                  "command": shlex.join(run_command(run, profile))} for run in gpu_runs(profile, k)]
+    return pd.DataFrame(rows)
 
 
 def measure_run(plain: Any, speculative: Any, profile: Profile, task_tokens: int, concurrency: Sequence[int],

@@ -32,7 +32,7 @@ import pandas as pd
 from servelab.engines import flags
 from servelab.engines.engine_side import script
 from servelab.integers import int_at_least
-from servelab.machine import engine_envs, models
+from servelab.machine import engine_envs, model_shapes, models
 from servelab.machine.draft_models import truncated_copy
 from servelab.machine.profiles import Profile
 from servelab.measure.speculative import llama_parameters, model_parameters
@@ -72,9 +72,9 @@ REPETITIVE = tuple(name for name in TASKS if name != CONTROL)
 
 QWEN_7B, QWEN_05B, QWEN_72B = "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-72B-Instruct"
 QWEN_3B = "Qwen/Qwen2.5-3B-Instruct"
-# vocab_size in each model's config.json on the hub (the rows of the embedding; the tokenizer is one):
+# vocab_size in each model's config.json (data/model_shapes.toml; the rows of the embedding; one tokenizer):
 # the small Qwen2.5 models pad it to a multiple of 128, the large ones to a multiple of 256.
-VOCAB_SIZES = {QWEN_05B: 151936, QWEN_7B: 152064, QWEN_72B: 152064}
+VOCAB_SIZES = {m: model_shapes.known_shapes()[m].vocab_size for m in (QWEN_05B, QWEN_3B, QWEN_7B, QWEN_72B)}
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE3_HEADS = {"vllm": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "sglang": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"}
 

@@ -14,6 +14,15 @@ from servelab.measure.prefix_cache_live import cache_options
 def servers(profile: Profile, *, kv_tokens: int | None = None, **parameters: Any) -> dict[str, Launch]:
     tokens = kv_tokens or profile.max_model_len * 9 // 8  # one full-length sequence plus vLLM's null block
     sglang = {**cache_options("sglang"), **one_step_prefill(tokens), "kv_cache_tokens": tokens}
-    return by_name(Launch("vllm", "vllm", {**cache_options("vllm"), "kv_cache_tokens": tokens}),
-                   Launch("sglang", "sglang", sglang),
+    # The chapter's lineup runs the servers side by side where every one's memory is bounded (cpu); on a GPU each
+    # claims most of the card, so one runs at a time and the chapter's order (vllm, sglang, vllm, vllm, sglang,
+    # sglang lpm) starts vllm and sglang twice.
+    again = 1 if together(profile) else 2
+    return by_name(Launch("vllm", "vllm", {**cache_options("vllm"), "kv_cache_tokens": tokens}, starts=again),
+                   Launch("sglang", "sglang", sglang, starts=again),
                    Launch("sglang lpm", "sglang", {**sglang, "schedule_policy": "lpm"}))
+
+
+def together(profile: Profile) -> bool:
+    """Whether the chapter's servers run side by side: where the profile bounds every server's KV memory."""
+    return profile.kv_cache_tokens is not None

@@ -27,6 +27,7 @@ def servers(profile: Profile, *, k: int, lookup: Sequence[int], rounding_dtype: 
         out += [Launch(f"plain, {rounding_dtype}", "vllm", dtype),
                 Launch(f"{rounding.name}, {rounding_dtype}", "vllm", {"speculative_config": rounding.config, **dtype})]
     for run in gpu.gpu_runs(profile, k):
+        env = {"env": dict(run.env)} if run.env else {}
         out += [Launch(f"{run.label}: plain", run.engine, {}, model=run.model, needs="a GPU"),
-                Launch(run.label, run.engine, dict(run.options), model=run.model, needs="a GPU")]
+                Launch(run.label, run.engine, {**run.options, **env}, model=run.model, needs="a GPU")]
     return by_name(*out)
