@@ -165,9 +165,10 @@ def problems(profile: Profile, launches: list[PlannedLaunch]) -> tuple[list[str]
                                                  p.launch.options.get("env", {}))]
     if not profile.is_cpu:
         gpus = memory_fit.gpu_classes(profile.name)
-        keys = list(dict.fromkeys((p.launch.engine, tuple(p.argv), gpu) for p in launches for gpu in gpus))
+        sized = [p for p in launches if not (p.launch.model or profile.model).startswith("local:")]  # else above
+        keys = list(dict.fromkeys((p.launch.engine, tuple(p.argv), gpu) for p in sized for gpu in gpus))
         fitted = dict(zip(keys, memory_fit.fit_many([(e, list(a), g) for e, a, g in keys]), strict=True))
-        found += [f"{where(p)}: {fit.problem}" for p in launches for gpu in gpus
+        found += [f"{where(p)}: {fit.problem}" for p in sized for gpu in gpus
                   if not (fit := fitted[(p.launch.engine, tuple(p.argv), gpu)]).fits]
     for model in hub.needs_token(dict.fromkeys(m for p in launches for m in p.models)):
         users = sorted({p.chapter for p in launches if model in p.models})
