@@ -53,7 +53,10 @@ def test_engine_notebooks_check_an_engine_result(source):
     so that skipping or breaking its engine cells fails the test run."""
     nb = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
     code = _code(nb)
-    starts = [i for i, c in enumerate(code) if any(k in c.source for k in ("running(", "Server("))]
+    assert nb.metadata.get("servelab", {}).get("starts"), f"{source.stem}'s run recorded no engine start"
+    # a chapter's servers come from its declarations (servelab/measure/chapter_servers): `.server(prof)`
+    starts = [i for i, c in enumerate(code) if any(k in c.source for k in ("running(", "Server(", ".server(prof)",
+                                                                          "quiet_running("))]
     assert starts, f"{source.stem} starts no engine: every chapter measures a real one"
     checked = [c for c in code[starts[0]:] if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
     assert checked, "no NBVAL_CHECK_OUTPUT cell after the first engine cell"
