@@ -113,6 +113,7 @@ def test_gated_gpu_runs_are_skipped_with_their_reason_without_a_token(monkeypatc
     assert all("skipped" in line and "HF_TOKEN" in line and "\n" not in line for line in skipped)
 
 
+@pytest.mark.engine_venv  # gpu_machine links the cpu venvs in under the GPU envs' names
 def test_setup_of_a_gpu_profile_checks_the_driver_before_anything(gpu_machine, monkeypatch):
     from servelab.machine import gpu_checks, provision
 
