@@ -3,6 +3,8 @@ only the GPU is absent, faked at nvidia-smi; everything above it is servelab's a
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from servelab.engines import flags
@@ -166,3 +168,22 @@ def test_the_disk_check_counts_only_what_is_still_missing(gpu_machine, monkeypat
     (repo / "refs" / "main").write_text("config-only")
     (repo / hub.COMPLETE).write_text("config-only")
     assert hub.cached(repo) and gpu_checks.missing_disk(prof, [model]) == []
+
+
+def test_setup_holds_the_known_shapes_to_the_downloaded_config(tmp_path):
+    """The Qwen2.5-3B's and the EAGLE-3 heads' shapes were taken from model cards; the first GPU setup that
+    downloads their config.json checks every one, one line per key that differs."""
+    from servelab.machine import gpu_checks
+    from servelab.machine.model_shapes import known_shapes
+
+    model = "Qwen/Qwen2.5-3B-Instruct"
+    snap = tmp_path / f"models--{model.replace('/', '--')}" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    shape = known_shapes()[model]
+    config = {k: getattr(shape, k) for k in gpu_checks.SHAPE_KEYS}
+    (snap / "config.json").write_text(json.dumps(config))
+    assert gpu_checks.shape_problems([model, "org/not-known"], tmp_path) == []
+    (snap / "config.json").write_text(json.dumps({**config, "vocab_size": 151646}))
+    (line,) = gpu_checks.shape_problems([model], tmp_path)
+    assert line.startswith(f"{model}: servelab/data/model_shapes.toml says vocab_size = 151936, its config.json "
+                           "says 151646")

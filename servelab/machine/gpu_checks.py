@@ -6,6 +6,7 @@ Each check returns one line naming the problem and what to do, or None.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -103,6 +104,30 @@ def missing_disk(profile: profiles.Profile, model_ids: list[str]) -> list[str]:
     if venvs and weights and _device(cache_home()) == _device(cache):  # one disk for both: their sum must fit
         found = [disk_problem(cache, int((venvs + weights) * 1.1))]
     return [line for line in found if line]
+
+
+SHAPE_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "vocab_size",
+              "max_position_embeddings")
+
+
+def shape_problems(model_ids: list[str], cache: Path) -> list[str]:
+    """servelab/data/model_shapes.toml against the config.json setup just downloaded: the book sizes KV caches,
+    checks draft pairs and fits memory from that file before anything is downloaded, so a value there that the
+    real model contradicts is one line naming model, key and both values."""
+    shapes = model_shapes.known_shapes()
+    found = []
+    for model in model_ids:
+        snaps = sorted((cache / f"models--{model.replace('/', '--')}" / "snapshots").glob("*/config.json"))
+        if model not in shapes or not snaps:
+            continue
+        config = json.loads(snaps[-1].read_text())
+        config = config.get("text_config", config)
+        ours = shapes[model]
+        for key in SHAPE_KEYS:
+            if key in config and getattr(ours, key) and config[key] != getattr(ours, key):
+                found.append(f"{model}: servelab/data/model_shapes.toml says {key} = {getattr(ours, key)}, its "
+                             f"config.json says {config[key]}; correct the file (the plan and the chapters read it)")
+    return found
 
 
 def _device(path: Path) -> int:

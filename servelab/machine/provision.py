@@ -53,7 +53,7 @@ def setup(profile_name: str = "auto", *, engines: tuple[str, ...] = ("vllm", "sg
             models.prepare_local(spec.removeprefix("local:"), converter.python)
     wanted = list(dict.fromkeys([*(m for m in (profile.model, profile.draft_model) if m and ":" not in m),
                                  *hub_models]))
-    if problems := download_models(wanted):
+    if problems := download_models(wanted) + gpu_checks.shape_problems(wanted, models.hub_cache()):
         raise SetupProblem("\n".join(problems))
     print(f"[setup] done in {time.monotonic() - t0:.0f} s", flush=True)
     return profile
