@@ -34,14 +34,7 @@ def test_every_gpu_profiles_plan_has_no_problem(plans, name):
 
 
 def _planned(profile: profiles.Profile, *launches: Launch) -> list[launch_plan.PlannedLaunch]:
-    out = []
-    for item in launches:
-        ref = launch_plan.model_ref(profile, item.model)
-        from servelab.engines import launch
-
-        argv = launch.command(item.engine, profile, ref, 8000, item.options).argv
-        out.append(launch_plan.PlannedLaunch("99_control", item, argv, launch_plan.hub_models(ref, item.options)))
-    return out
+    return [launch_plan.planned(profile, "99_control", item) for item in launches]
 
 
 @pytest.mark.engine_venv

@@ -13,9 +13,7 @@ from collections import Counter
 import pytest
 
 from servelab.book import chapters, execution_key, launch_plan
-from servelab.engines import launch
 from servelab.machine import profiles
-from servelab.machine.paths import cache_home
 from servelab.measure import chapter_servers
 from servelab.measure.chapter_servers import Launch
 
@@ -23,18 +21,11 @@ SOURCES = chapters.sources()
 GPU_PROFILES = [n for n in profiles.names() if profiles.load(n).device == "cuda"]
 
 
-def _normalised(argv: list[str]) -> tuple[str, ...]:
-    """As chapters._starts writes a recorded start: no binary, PORT for the port, $SERVELAB_HOME for the home."""
-    out = [a.replace(str(cache_home()), "$SERVELAB_HOME") for a in argv]
-    out[out.index("--port") + 1] = "PORT"
-    return tuple(out[1:])
-
-
 def declared(source, profile: profiles.Profile, overrides: dict | None = None) -> Counter:
     counts: Counter = Counter()
     for planned in launch_plan.plan_launches(profile, [source], overrides):
         if not planned.launch.needs:
-            counts[(planned.launch.engine, _normalised(planned.argv))] += planned.launch.starts
+            counts[(planned.launch.engine, tuple(chapters.comparable_argv(planned.argv)))] += planned.launch.starts
     return counts
 
 
@@ -57,7 +48,7 @@ def test_every_gpu_declaration_builds_without_cpu_artifacts(name):
     assert {p.chapter for p in planned} == {s.stem for s in SOURCES}
     for p in planned:
         assert not (p.launch.model or prof.model).startswith("local:"), (p.chapter, p.launch.name)
-        assert "$SERVELAB_HOME" not in " ".join(_normalised(p.argv)), (p.chapter, p.launch.name)
+        assert "$SERVELAB_HOME" not in " ".join(chapters.comparable_argv(p.argv)), (p.chapter, p.launch.name)
         assert p.models, (p.chapter, p.launch.name)  # every GPU launch reads a hub model that setup downloads
 
 
@@ -68,6 +59,5 @@ def test_an_unknown_chapter_is_one_line():
 
 def test_a_launch_builds_the_servers_command():
     prof = profiles.load("gpu-24g")
-    item = Launch("x", "vllm", {"kv_cache_tokens": 4096, "block_size": 16})
-    argv = launch.command("vllm", prof, launch_plan.model_ref(prof, item.model), 8000, item.options).argv
+    argv = launch_plan.planned(prof, "99", Launch("x", "vllm", {"kv_cache_tokens": 4096, "block_size": 16})).argv
     assert argv[argv.index("--block-size") + 1] == "16" and "--kv-cache-memory-bytes" in argv

@@ -67,20 +67,22 @@ def _drawn(path: Path) -> list[str]:
     return sorted({line.replace("\\n", "\n") for line in lines})
 
 
-def _starts(path: Path) -> list[dict[str, Any]]:
-    """The engine starts a run logged (SERVELAB_START_LOG): engine and arguments, with the port and this machine's
-    servelab home written as PORT and $SERVELAB_HOME, so runs on two machines compare."""
+def comparable_argv(argv: list[str]) -> list[str]:
+    """A launch command as runs on two machines can compare it: without the binary's path, the port as PORT and
+    this machine's servelab home as $SERVELAB_HOME."""
     from servelab.machine.paths import cache_home
 
     home = str(cache_home())
-    out = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        entry = json.loads(line)
-        argv = [a.replace(home, "$SERVELAB_HOME") for a in entry["argv"]]
-        if "--port" in argv:
-            argv[argv.index("--port") + 1] = "PORT"
-        out.append({"engine": entry["engine"], "argv": argv[1:]})
+    out = [a.replace(home, "$SERVELAB_HOME") for a in argv[1:]]
+    if "--port" in out:
+        out[out.index("--port") + 1] = "PORT"
     return out
+
+
+def _starts(path: Path) -> list[dict[str, Any]]:
+    """The engine starts a run logged (SERVELAB_START_LOG): engine and `comparable_argv` of each."""
+    entries = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    return [{"engine": e["engine"], "argv": comparable_argv(e["argv"])} for e in entries]
 
 
 def _record(executed: Path, source: Path, files: dict[str, str], profile: str, parameters: dict[str, Any],

@@ -47,6 +47,16 @@ class PlannedLaunch:
     launch: Launch
     argv: list[str]
     models: list[str]  # every hub model the server reads (target and draft)
+    target: str  # the model it serves: the launch's, else the profile's (a hub id or local:NAME)
+
+    @property
+    def flags(self) -> dict[str, Any]:
+        """The launch's options that become engine flags (not the Server's own, such as env)."""
+        return {k: v for k, v in self.launch.options.items() if k not in NOT_FLAGS}
+
+    @property
+    def needs_cpu_model(self) -> bool:
+        return self.target.startswith("local:")
 
 
 @dataclass
@@ -117,12 +127,16 @@ def plan_launches(profile: Profile, sources: Iterable[Any] | None = None,
     for source in sources or chapters.sources():
         chapter = source.stem[:2]
         given = {k: v for k, v in {**parameters(source), **(overrides or {})}.items() if k != "profile"}
-        for item in chapter_servers.of(chapter, profile, **given).values():
-            ref = model_ref(profile, item.model)
-            options = {k: v for k, v in item.options.items() if k not in NOT_FLAGS}
-            argv = launch.command(item.engine, profile, ref, 8000, options).argv
-            out.append(PlannedLaunch(source.stem, item, argv, hub_models(ref, options)))
+        out += [planned(profile, source.stem, item) for item in chapter_servers.of(chapter, profile, **given).values()]
     return out
+
+
+def planned(profile: Profile, chapter: str, item: Launch) -> PlannedLaunch:
+    """One declared launch on `profile`: the command servelab would run (port 8000) and the hub models it reads."""
+    ref = model_ref(profile, item.model)
+    flags_only = {k: v for k, v in item.options.items() if k not in NOT_FLAGS}
+    argv = launch.command(item.engine, profile, ref, 8000, flags_only).argv
+    return PlannedLaunch(chapter, item, argv, hub_models(ref, flags_only), item.model or profile.model)
 
 
 download_bytes = gpu_checks.model_bytes
@@ -143,9 +157,8 @@ def problems(profile: Profile, launches: list[PlannedLaunch]) -> tuple[list[str]
         return f"{profile.name} {p.chapter} '{p.launch.name}'"
 
     if not profile.is_cpu:
-        for p in launches:
-            if (p.launch.model or profile.model).startswith("local:"):
-                found.append(f"{where(p)}: needs the local model {profile.model}, which only the cpu profile converts")
+        found += [f"{where(p)}: needs the local model {p.target}, which only the cpu profile converts"
+                  for p in launches if p.needs_cpu_model]
         for engine in launch.ENGINES:
             if profile.engine_env(engine).endswith("-cpu"):
                 found.append(f"{profile.name}: its {engine} venv {profile.engine_env(engine)} is a cpu build")
@@ -155,17 +168,16 @@ def problems(profile: Profile, launches: list[PlannedLaunch]) -> tuple[list[str]
     unique = list(dict.fromkeys((p.launch.engine, tuple(p.argv)) for p in launches))  # chapters share servers
     checked = dict(zip(unique, flags.check_commands([(e, list(a)) for e, a in unique], env_names=own), strict=True))
     verdicts = [checked[(p.launch.engine, tuple(p.argv))] for p in launches]
-    for p, v in zip(launches, verdicts, strict=True):
-        if not v.ok:
-            found.append(f"{where(p)}: {v.checked_with} refuses it at {v.stage}: {v.error}")
-        options = {k: v for k, v in p.launch.options.items() if k not in NOT_FLAGS}
+    for p, verdict in zip(launches, verdicts, strict=True):
+        if not verdict.ok:
+            found.append(f"{where(p)}: {verdict.checked_with} refuses it at {verdict.stage}: {verdict.error}")
         found += [f"{where(p)}: {line}" for line in
-                  draft_rules.pair_problems(p.launch.engine, p.launch.model or profile.model, options)
-                  + draft_rules.context_problems(p.launch.engine, options, profile.max_model_len,
+                  draft_rules.pair_problems(p.launch.engine, p.target, p.flags)
+                  + draft_rules.context_problems(p.launch.engine, p.flags, profile.max_model_len,
                                                  p.launch.options.get("env", {}))]
     if not profile.is_cpu:
         gpus = memory_fit.gpu_classes(profile.name)
-        sized = [p for p in launches if not (p.launch.model or profile.model).startswith("local:")]  # else above
+        sized = [p for p in launches if not p.needs_cpu_model]  # a problem above already
         keys = list(dict.fromkeys((p.launch.engine, tuple(p.argv), gpu) for p in sized for gpu in gpus))
         fitted = dict(zip(keys, memory_fit.fit_many([(e, list(a), g) for e, a, g in keys]), strict=True))
         found += [f"{where(p)}: {fit.problem}" for p in sized for gpu in gpus

@@ -72,9 +72,7 @@ def python_problem(version: tuple[int, int] | None = None) -> str | None:
 
 def disk_problem(path: Path, need_bytes: int) -> str | None:
     """Whether the file system holding `path` (or its nearest existing parent) has `need_bytes` free."""
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
+    probe = _existing(path)
     free = shutil.disk_usage(probe).free
     if free < need_bytes:
         return (f"{probe} has {free / GIB:.0f} GiB free; this profile needs {need_bytes / GIB:.0f} GiB "
@@ -130,10 +128,15 @@ def shape_problems(model_ids: list[str], cache: Path) -> list[str]:
     return found
 
 
-def _device(path: Path) -> int:
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest parent that exists (where it will be created)."""
     while not path.exists():
         path = path.parent
-    return path.stat().st_dev
+    return path
+
+
+def _device(path: Path) -> int:
+    return _existing(path).stat().st_dev
 
 
 def env_bytes(env_name: str) -> int:

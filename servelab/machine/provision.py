@@ -29,10 +29,10 @@ def preflight(profile: profiles.Profile, hub_models: Sequence[str] = ()) -> list
 
 def download_models(model_ids: Sequence[str]) -> list[str]:
     """Every hub model downloaded now; a gated one without a token is named (its runs skip) and not fetched."""
-    gated = [m for m in model_ids if hub.skip_reason([m])]
-    for model in gated:
-        print(f"[setup] {model}: not downloaded: {hub.skip_reason([model])}", flush=True)
-    return hub.predownload([m for m in model_ids if m not in gated])
+    skipped = {m: reason for m in model_ids if (reason := hub.skip_reason([m]))}
+    for model, reason in skipped.items():
+        print(f"[setup] {model}: not downloaded: {reason}", flush=True)
+    return hub.predownload([m for m in model_ids if m not in skipped])
 
 
 def setup(profile_name: str = "auto", *, engines: tuple[str, ...] = ("vllm", "sglang"),
