@@ -76,13 +76,39 @@ def test_chunked_row_reports_stall_and_ttft_apart(tmp_path):
     assert row.leaning == "vLLM"  # 0.14 s against SGLang's best 0.44 s
 
 
+def _summary(folder, **speedups):
+    """A chapter 05 summary: per load words, a list of (median, lowest round, highest round) per method."""
+    table = {"method": ["n-gram", "draft"][:len(next(iter(speedups.values())))]}
+    for at, rows in speedups.items():
+        at = at.replace("_", " ")
+        for i, what in enumerate(("speedup", "lowest round", "highest round")):
+            table[f"{what}, {at}"] = [r[i] for r in rows]
+    pd.DataFrame(table).to_csv(folder / "speculative_summary.csv", index=False)
+
+
 def test_speculative_row_reads_the_speedup_columns_whatever_their_task_words(tmp_path):
-    pd.DataFrame({"method": ["n-gram", "draft"], "speedup, sweep task (48 tokens, all copied), 1 request": [2.4, 1.1],
-                  "speedup, sweep task, 16 requests": [1.2, 0.5]}).to_csv(tmp_path / "speculative_summary.csv",
-                                                                          index=False)
+    _summary(tmp_path, **{"sweep task (48 tokens, all copied), 1 request": [(2.4, 2.2, 2.5), (1.1, 1.0, 1.2)],
+                          "sweep task, 16 requests": [(1.2, 1.1, 1.3), (0.5, 0.4, 0.6)]})
     row = sg.guide(tmp_path, CPU, claims.load()).set_index("situation").loc["speculative decoding to cut latency"]
-    assert row.measured.startswith("vLLM, best method at 1 request(s): n-gram, speedup 2.40; at 16 requests 1.20")
+    assert row.measured.startswith("vLLM, best method at 1 request(s): n-gram, speedup 2.40 (rounds 2.20-2.50); "
+                                   "at 16 requests 1.20 (rounds 1.10-1.30)")
     assert row.leaning == "not an engine comparison: helps at 1 request(s), helps at 16"
+
+
+def test_a_speedup_whose_rounds_straddle_one_is_not_resolved(tmp_path):
+    _summary(tmp_path, **{"sweep task, 1 request": [(1.3, 1.1, 1.5)], "sweep task, 16 requests": [(0.9, 0.8, 1.05)]})
+    row = sg.guide(tmp_path, CPU, claims.load()).set_index("situation").loc["speculative decoding to cut latency"]
+    assert row.leaning == "not an engine comparison: helps at 1 request(s), not resolved at this size at 16"
+    _summary(tmp_path, **{"sweep task, 1 request": [(1.3, 1.1, 1.5)], "sweep task, 16 requests": [(0.7, 0.6, 0.8)]})
+    row = sg.guide(tmp_path, CPU, claims.load()).set_index("situation").loc["speculative decoding to cut latency"]
+    assert row.leaning.endswith("hurts at 16")
+
+
+def test_a_speedup_without_its_rounds_is_an_error(tmp_path):
+    pd.DataFrame({"method": ["n-gram"], "speedup, sweep task, 1 request": [1.5],
+                  "speedup, sweep task, 16 requests": [0.9]}).to_csv(tmp_path / "speculative_summary.csv", index=False)
+    with pytest.raises(sg.MissingColumn, match="'lowest round, sweep task, 1 request'.*lowest and highest"):
+        sg.guide(tmp_path, CPU, claims.load())
 
 
 def test_a_saved_table_without_a_needed_column_is_an_error_not_a_missing_row(tmp_path):
@@ -112,8 +138,7 @@ def test_the_speculative_row_names_the_engine_that_ran_the_methods(tmp_path):
     credit SGLang with them."""
     from servelab.machine import profiles
 
-    pd.DataFrame({"method": ["n-gram"], "speedup, sweep task, 1 request": [1.5],
-                  "speedup, sweep task, 16 requests": [0.9]}).to_csv(tmp_path / "speculative_summary.csv", index=False)
+    _summary(tmp_path, **{"sweep task, 1 request": [(1.5, 1.4, 1.6)], "sweep task, 16 requests": [(0.9, 0.8, 1.0)]})
     for name in ("cpu", "gpu-80g"):
         row = sg.guide(tmp_path, profiles.load(name), claims.load()).set_index("situation").loc[
             "speculative decoding to cut latency"]

@@ -1,8 +1,9 @@
-"""Chapter 05's concurrency sweep priced and judged: batch costs, the noise margin, the verdict
-against 1, the gap in plain steps, and the KV blocks a wave holds."""
+"""Chapter 05's concurrency sweep priced and judged: batch costs, interleaved rounds and their paired
+speedups, the verdict across the spread, the gap in plain steps, and the KV blocks a wave holds."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from servelab.measure import speculative_live as live
@@ -34,17 +35,41 @@ def test_batch_costs_price_a_verification_and_the_drafts_passes_at_b():
         load.batch_costs(4, 0.0, 0, flat)
 
 
-def test_noise_margin_and_the_verdict_against_one():
-    assert load.noise_margin([1.02, 1.04]) == pytest.approx(0.04)
-    assert load.noise_margin([float("nan"), 1.08]) == pytest.approx(0.08)
-    with pytest.raises(ValueError, match="at least one"):
-        load.noise_margin([float("nan")])
-    with pytest.raises(ValueError, match="spreads must be"):
-        load.noise_margin([0.9, 1.1])
-    assert [load.against_one(s, 0.05) for s in (0.94, 0.97, 1.0, 1.04, 1.06)] == [
-        "slower", load.WITHIN_NOISE, load.WITHIN_NOISE, load.WITHIN_NOISE, "faster"]
-    with pytest.raises(ValueError, match="margin"):
-        load.against_one(1.0, -0.1)
+def test_rounds_interleave_where_servers_run_side_by_side():
+    assert load.schedule(["plain", "n-gram"], 2, interleave=True) == [
+        (0, "plain"), (0, "n-gram"), (1, "plain"), (1, "n-gram")]
+    assert load.schedule(["plain", "n-gram"], 2, interleave=False) == [
+        (0, "plain"), (1, "plain"), (0, "n-gram"), (1, "n-gram")]
+    with pytest.raises(ValueError, match="rounds"):
+        load.schedule(["plain"], 0, interleave=True)
+    with pytest.raises(ValueError, match="distinct"):
+        load.schedule(["plain", "plain"], 1, interleave=True)
+
+
+def test_speedups_pair_each_round_with_the_baselines_same_round():
+    rates = pd.DataFrame([
+        # round 1 ran on a slower machine: both servers slowed, the ratio did not
+        {"method": "plain", "round": 0, "b": 1, "rate": 10.0}, {"method": "fast", "round": 0, "b": 1, "rate": 15.0},
+        {"method": "plain", "round": 1, "b": 1, "rate": 5.0}, {"method": "fast", "round": 1, "b": 1, "rate": 7.0},
+        {"method": "plain", "round": 2, "b": 1, "rate": 10.0}, {"method": "fast", "round": 2, "b": 1, "rate": 16.0},
+        {"method": "plain", "round": 0, "b": 2, "rate": 8.0}, {"method": "fast", "round": 0, "b": 2, "rate": 8.8},
+        {"method": "plain", "round": 1, "b": 2, "rate": 8.0}, {"method": "fast", "round": 1, "b": 2, "rate": 7.2},
+    ])
+    got = load.paired_speedups(rates, ["b"], "rate").set_index("b")
+    assert got.loc[1, ["speedup", "lowest", "highest", "rounds"]].tolist() == pytest.approx([1.5, 1.4, 1.6, 3])
+    assert got.loc[2, ["lowest", "highest"]].tolist() == pytest.approx([0.9, 1.1])
+    assert list(got.method.unique()) == ["fast"]
+    with pytest.raises(ValueError, match="without a 'plain'"):
+        load.paired_speedups(rates[~((rates.method == "plain") & (rates["round"] == 2))], ["b"], "rate")
+    with pytest.raises(ValueError, match="no rows of the baseline"):
+        load.paired_speedups(rates, ["b"], "rate", baseline="none")
+
+
+def test_a_verdict_holds_only_across_the_spread():
+    assert load.spread_verdict(1.05, 1.3) == "faster" and load.spread_verdict(0.7, 0.95) == "slower"
+    assert load.spread_verdict(0.9, 1.1) == load.NOT_RESOLVED and load.spread_verdict(1.0, 1.2) == load.NOT_RESOLVED
+    with pytest.raises(ValueError, match="above highest"):
+        load.spread_verdict(1.2, 1.1)
 
 
 def test_first_slowdown_beyond_the_noise():
@@ -60,6 +85,8 @@ def test_first_slowdown_beyond_the_noise():
     assert load.first_slowdown({1: 0.97, 2: 0.95, 4: 0.65}, margin=0.06) == 4
     assert load.first_slowdown({1: 0.97, 2: 0.99}, margin=0.06) is None
     assert load.first_slowdown({1: 0.97, 2: 0.99}) == 1
+    with pytest.raises(ValueError, match="margin"):
+        load.first_slowdown({1: 0.9}, margin=-0.1)
 
 
 def test_the_trend_test_is_two_sided_with_dead_zones():

@@ -19,6 +19,7 @@ import pandas as pd
 
 from servelab.book import claims, results
 from servelab.machine.profiles import Profile
+from servelab.measure import speculative_load as spec_load
 
 TIE = 0.10  # ratios within 10% of 1 lean to neither engine: single runs on a shared machine
 NOT_INDICATIVE = "none: not indicative on cpu (SGLang without its CPU kernels)"
@@ -156,32 +157,43 @@ def _chunked(folder: Path, indicative: bool) -> list[dict]:
              "evidence": "chapter 04 (results chunked_prefill_live.csv)"}]
 
 
-_SPEEDUP = re.compile(r"^speedup, .*?(\d+) requests?$")
+_SPEEDUP = re.compile(r"^speedup, (.*?(\d+) requests?)$")
+# chapter 05 states each speedup with the lowest and highest of its interleaved rounds
+_VERDICT = {"faster": "helps", "slower": "hurts", spec_load.NOT_RESOLVED: "not resolved at this size"}
 
 
 def _speculative(folder: Path) -> list[dict]:
     summary = _csv(folder, "speculative_summary", ("method",))
     if summary is None:
         return []
-    by_load = {int(m.group(1)): c for c in summary.columns if (m := _SPEEDUP.match(str(c)))}
+    by_load = {int(m.group(2)): m.group(1) for c in summary.columns if (m := _SPEEDUP.match(str(c)))}
     if len(by_load) < 2:
         raise MissingColumn(f"{folder / 'speculative_summary.csv'} has no pair of 'speedup, ... N request(s)' "
                             f"columns at two loads; it has: {', '.join(map(str, summary.columns))}")
     lo, hi = by_load[min(by_load)], by_load[max(by_load)]
-    rows = summary.dropna(subset=[lo, hi])
+    needed = [f"{what}, {at}" for at in (lo, hi) for what in ("speedup", "lowest round", "highest round")]
+    absent = [c for c in needed if c not in summary.columns]
+    if absent:
+        raise MissingColumn(f"{folder / 'speculative_summary.csv'} lacks {', '.join(map(repr, absent))}: each "
+                            "speedup needs the lowest and highest of its rounds")
+    rows = summary.dropna(subset=needed)
     if rows.empty:
-        raise MissingColumn(f"{folder / 'speculative_summary.csv'}: no method has both {lo!r} and {hi!r}")
-    best = rows.loc[rows[lo].idxmax()]
+        raise MissingColumn(f"{folder / 'speculative_summary.csv'}: no method has all of {needed}")
+    best = rows.loc[rows[f"speedup, {lo}"].idxmax()]
     engine = NAMES["vllm"]  # chapter 05 sweeps its methods on vLLM (its GPU runs are a separate table)
 
-    def verdict(x: float) -> str:
-        return "helps" if x > 1 + TIE else "hurts" if x < 1 - TIE else "about even"
+    def stated(at: str) -> str:
+        return (f"{best[f'speedup, {at}']:.2f} (rounds {best[f'lowest round, {at}']:.2f}"
+                f"-{best[f'highest round, {at}']:.2f})")
+
+    def verdict(at: str) -> str:
+        return _VERDICT[spec_load.spread_verdict(best[f"lowest round, {at}"], best[f"highest round, {at}"])]
 
     return [{"situation": "speculative decoding to cut latency",
              "measured": (f"{engine}, best method at {min(by_load)} request(s): {best.method}, speedup "
-                          f"{best[lo]:.2f}; at {max(by_load)} requests {best[hi]:.2f}"),
-             "leaning": (f"not an engine comparison: {verdict(best[lo])} at {min(by_load)} request(s), "
-                         f"{verdict(best[hi])} at {max(by_load)}"),
+                          f"{stated(lo)}; at {max(by_load)} requests {stated(hi)}"),
+             "leaning": (f"not an engine comparison: {verdict(lo)} at {min(by_load)} request(s), "
+                         f"{verdict(hi)} at {max(by_load)}"),
              "evidence": "chapter 05 (results speculative_summary.csv)"}]
 
 

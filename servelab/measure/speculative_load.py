@@ -1,6 +1,6 @@
 """Chapter 05's concurrency sweep, priced and judged: what a verification costs with b requests in
-flight, how far the measurement lies from that price, which differences are noise, and the KV blocks
-a wave holds.
+flight, how far the measurement lies from that price, which speedups the run resolves (their spread
+over interleaved rounds), and the KV blocks a wave holds.
 
 The sweep itself (waves of b identical requests, timed by the engine) is
 :func:`servelab.measure.speculative_live.sweep`; everything here is arithmetic on what it and the
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
+import pandas as pd
 
 from servelab.integers import int_at_least
 
-WITHIN_NOISE = "≈1 (within noise)"
+NOT_RESOLVED = "not resolved at this size"
 
 
 def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float]) -> tuple[float, float]:
@@ -36,33 +36,64 @@ def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float])
     return c * (verify_cost(b * (k + 2)) / step + k - 1) / k, verify_cost(b * (k + 1)) / step
 
 
-def noise_margin(repeat_spreads: Sequence[float]) -> float:
-    """How far from 1 a speedup measured once can fall by timing noise alone, estimated from
-    ``repeat_spreads``: slowest / fastest of repeated timings of the same request on the same server,
-    ratios that would be exactly 1 without noise. The margin is the largest spread minus 1. (A
-    method's measured / predicted ratio is no noise estimate: it also holds the prediction's
-    systematic misses.)"""
-    spreads = [float(s) for s in repeat_spreads if np.isfinite(s)]
-    if not spreads:
-        raise ValueError("noise_margin needs at least one finite spread, got none")
-    if any(s < 1 for s in spreads):
-        raise ValueError(f"spreads must be >= 1 (slowest / fastest), got {spreads}")
-    return max(spreads) - 1
+def schedule(names: Sequence[str], rounds: int, interleave: bool) -> list[tuple[int, str]]:
+    """(round, server) in the order they are measured. Interleaved, every round measures every server once,
+    so whatever else slows the machine for a while falls on all of them alike and a ratio of two servers in
+    one round cancels it; otherwise (one server fits at a time: a GPU) each server runs its rounds back to back."""
+    rounds = int_at_least("rounds", rounds, 1)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"schedule needs distinct server names, got {list(names)}")
+    if interleave:
+        return [(r, n) for r in range(rounds) for n in names]
+    return [(r, n) for n in names for r in range(rounds)]
 
 
-def against_one(speedup: float, margin: float) -> str:
-    """"slower" or "faster" where ``speedup`` is off 1 by more than ``margin``, else :data:`WITHIN_NOISE`."""
-    if margin < 0:
-        raise ValueError(f"margin must be >= 0, got {margin}")
-    return "slower" if speedup < 1 - margin else "faster" if speedup > 1 + margin else WITHIN_NOISE
+def round_speedups(rates: pd.DataFrame, by: Sequence[str], value: str, baseline: str = "plain") -> pd.DataFrame:
+    """Each round's speedup per method other than ``baseline`` and per ``by``: the method's ``value`` over the
+    baseline's in the same round (column ``speedup``). ``rates`` has the columns method, round, each of ``by`` and
+    ``value``; every method's round needs the baseline's round beside it."""
+    keys = ["round", *by]
+    base = rates[rates.method == baseline][[*keys, value]].rename(columns={value: "baseline"})
+    if base.empty:
+        raise ValueError(f"no rows of the baseline {baseline!r}; methods: {', '.join(map(str, rates.method.unique()))}")
+    paired = rates[rates.method != baseline][["method", *keys, value]].merge(base, on=keys, how="left",
+                                                                           validate="many_to_one")
+    if paired.baseline.isna().any():
+        lonely = paired[paired.baseline.isna()][keys].drop_duplicates().to_dict("records")
+        raise ValueError(f"rounds without a {baseline!r} measurement beside them: {lonely}")
+    return paired.assign(speedup=paired[value] / paired.baseline)[["method", *keys, "speedup"]]
+
+
+def over_rounds(speedups: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Per method and ``by``: the median, lowest and highest of the rounds' ``speedup``, and how many rounds."""
+    ratio = speedups.groupby(["method", *by], sort=False).speedup
+    return pd.DataFrame({"speedup": ratio.median(), "lowest": ratio.min(), "highest": ratio.max(),
+                         "rounds": ratio.size()}).reset_index()
+
+
+def paired_speedups(rates: pd.DataFrame, by: Sequence[str], value: str, baseline: str = "plain") -> pd.DataFrame:
+    """:func:`round_speedups` summed up :func:`over_rounds`: per method and ``by``, the median, lowest and highest
+    of the rounds' speedups."""
+    return over_rounds(round_speedups(rates, by, value, baseline), by)
+
+
+def spread_verdict(lowest: float, highest: float) -> str:
+    """"faster" where every round's speedup is above 1, "slower" where every one is below, else
+    :data:`NOT_RESOLVED`: the rounds' spread straddles 1, so this run cannot say which."""
+    if lowest > highest:
+        raise ValueError(f"lowest {lowest} is above highest {highest}")
+    return "faster" if lowest > 1 else "slower" if highest < 1 else NOT_RESOLVED
 
 
 def first_slowdown(speedup: Mapping[int, float], margin: float = 0.0) -> int | None:
     """The smallest concurrency from which the slowdown is sustained: it and every larger
-    concurrency in ``speedup`` are below 1 by more than ``margin`` (None: the largest one is not)."""
+    concurrency in ``speedup`` are below 1 by more than ``margin`` (None: the largest one is not).
+    Given each concurrency's highest speedup over the rounds, that is a slowdown every round shows."""
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
     sustained = None
     for b, s in sorted(speedup.items(), reverse=True):  # items(): a pandas Series iterates over its values
-        if against_one(s, margin) != "slower":
+        if not s < 1 - margin:
             break
         sustained = b
     return sustained
