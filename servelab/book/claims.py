@@ -1,17 +1,20 @@
 """The claims ledger: every factual claim of the source articles, with a verdict and its evidence.
 
 The data is servelab/data/claims.toml; this module validates it (one error line naming the claim, the
-key, the bad value and what is accepted), checks its quotes against the articles themselves, and
-renders the book page book/claims.md from it: `python -m servelab.book.claims` writes the page,
-`--check` fails when the page is out of date.
+key, the bad value and what is accepted), checks its quotes against the articles themselves where they
+are present. The book page book/claims.md is rendered from it by claims_page.py (`python -m
+servelab.book.claims_page`); circular evidence is found by claims_circular.py.
+
+Verdicts are dated: each article has the date it was written on or after (`written`), an *outdated*
+claim names the change that ended it (`changed`), which must come after every article's date (before it,
+the claim was wrong when written: *false*). A claim about GPU behaviour (`gpu = true`) may not be
+settled by measurements on the cpu profile alone.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,20 +24,28 @@ from servelab.machine import datafiles
 from servelab.machine.paths import REPO
 
 DATA_FILE = "claims.toml"
-PAGE = REPO / "book" / "claims.md"
 VERDICTS = ("true", "outdated", "false", "unverifiable")
-KINDS = {  # evidence kind -> how the page labels it
-    "engine_source": "engine source", "notebook": "measured in", "result": "measured data",
+KINDS = {  # evidence kind -> how the page labels it (measurements add the profile they ran on)
+    "engine_source": "engine source", "notebook": "measurement", "result": "measured data",
     "paper": "paper", "maintainers": "maintainers", "pr": "pull request", "issue": "issue",
-    "release": "release notes", "docs": "docs", "registry": "package index", "source": "cited page",
+    "release": "release notes", "docs": "docs", "registry": "package index",
+    "source": "a page the article cites", "article": "the article itself",
 }
+MEASUREMENTS = ("notebook", "result")
+NOT_PRIMARY = ("source", "article")  # what an article says or cites settles nothing about the engines
+# The committed notebooks are executed on this profile (a test checks their metadata); a `notebook` row cites
+# what they measured there. A GPU run's saved data is cited as `result` under results/<gpu profile>/.
+COMMITTED_PROFILE = "cpu"
 ENGINE_PACKAGES = ("vllm", "sglang")
-_CLAIM_KEYS = {"id", "topic", "articles", "quotes", "claim", "verdict", "truth", "evidence", "to_measure_in"}
-_REQUIRED = _CLAIM_KEYS - {"to_measure_in"}
+_CLAIM_KEYS = {"id", "topic", "articles", "quotes", "claim", "verdict", "truth", "evidence", "to_measure_in",
+               "changed", "gpu"}
+_REQUIRED = _CLAIM_KEYS - {"to_measure_in", "changed", "gpu"}
+_SEED_KEYS = {"file", "lang", "title", "written", "dated_by"}
 _EVIDENCE_KEYS = {"kind", "ref", "detail", "match"}
 _SLUG = re.compile(r"[a-z0-9][a-z0-9-]*")
-_NOTEBOOK = re.compile(r"notebooks/\d\d_[a-z0-9_]+")
+NOTEBOOK = re.compile(r"notebooks/\d\d_[a-z0-9_]+")
 _CHAPTER = re.compile(r"\d\d")
+_DATE = re.compile(r"(\d{4})-(\d{2})(?:-(\d{2}))?")
 
 
 class BadClaim(ValueError):
@@ -47,6 +58,14 @@ class Seed:
     file: str
     lang: str
     title: str
+    written: str  # the article was written on or after this date (YYYY-MM or YYYY-MM-DD)
+    dated_by: str  # how we know
+
+
+@dataclass(frozen=True)
+class Change:
+    date: str  # when the claim stopped holding (YYYY-MM or YYYY-MM-DD)
+    what: str  # the release, PR or event that ended it
 
 
 @dataclass(frozen=True)
@@ -68,6 +87,8 @@ class Claim:
     truth: str
     evidence: tuple[Evidence, ...]
     to_measure_in: str | None = None
+    changed: Change | None = None
+    gpu: bool = False  # the claim is about GPU behaviour: cpu measurements cannot settle it
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,28 @@ def _text(where: str, key: str, value: Any) -> str:
     return value
 
 
+def _date(where: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not _DATE.fullmatch(value) or not 1 <= int(value[5:7]) <= 12:
+        raise _fail(where, key, value, "a date YYYY-MM or YYYY-MM-DD")
+    return value
+
+
+def after(later: str, earlier: str) -> bool | None:
+    """Whether date `later` is after `earlier`; None when one gives no day and both fall in one month."""
+    if later[:7] != earlier[:7]:
+        return later[:7] > earlier[:7]
+    if len(later) == 7 or len(earlier) == 7:
+        return None
+    return later > earlier
+
+
+def measured_on(e: Evidence) -> str | None:
+    """The profile a measurement ran on (results/<profile>/...; a notebook: COMMITTED_PROFILE); None otherwise."""
+    if e.kind == "result":
+        return e.ref.split("/")[1]
+    return COMMITTED_PROFILE if e.kind == "notebook" else None
+
+
 def _evidence(where: str, raw: Any, number: int) -> Evidence:
     at = f"{where}, evidence #{number}"
     if not isinstance(raw, dict):
@@ -116,10 +159,12 @@ def _evidence(where: str, raw: Any, number: int) -> Evidence:
         match = _text(at, "match", match)
     elif match is not None:
         raise _fail(at, "match", match, "only for kind 'engine_source'")
-    if kind == "notebook" and not _NOTEBOOK.fullmatch(ref):
+    if kind == "notebook" and not NOTEBOOK.fullmatch(ref):
         raise _fail(at, "ref", ref, "notebooks/NN_name")
-    if kind == "result" and not ref.startswith("results/"):
+    if kind == "result" and not re.fullmatch(r"results/[a-z0-9-]+/\S+", ref):
         raise _fail(at, "ref", ref, "results/<profile>/<file>")
+    if ref.startswith("../"):
+        raise _fail(at, "ref", ref, "an address or a path inside this repository (the book may not point outside it)")
     return Evidence(kind, ref, detail, match)
 
 
@@ -153,9 +198,48 @@ def _claim(raw: Any, number: int, topics: tuple[str, ...], seeds: dict[str, Seed
     chapter = raw.get("to_measure_in")
     if chapter is not None and (not isinstance(chapter, str) or not _CHAPTER.fullmatch(chapter)):
         raise _fail(where, "to_measure_in", chapter, "a two-digit chapter number such as \"03\"")
-    return Claim(cid, raw["topic"], tuple(articles), dict(quotes), _text(where, "claim", raw["claim"]),
-                 raw["verdict"], _text(where, "truth", raw["truth"]),
-                 tuple(_evidence(where, e, i) for i, e in enumerate(evidence, 1)), chapter)
+    rows = tuple(_evidence(where, e, i) for i, e in enumerate(evidence, 1))
+    for i, e in enumerate(rows, 1):
+        if e.kind == "article" and e.ref not in seeds:
+            raise _fail(f"{where}, evidence #{i}", "ref", e.ref, "a seed id: " + ", ".join(seeds))
+    gpu = raw.get("gpu", False)
+    if not isinstance(gpu, bool):
+        raise _fail(where, "gpu", gpu, "true or false")
+    changed = _changed(where, raw.get("changed"), raw["verdict"], [seeds[a] for a in articles])
+    claim = Claim(cid, raw["topic"], tuple(articles), dict(quotes), _text(where, "claim", raw["claim"]),
+                  raw["verdict"], _text(where, "truth", raw["truth"]), rows, chapter, changed, gpu)
+    if gpu and claim.verdict != "unverifiable" and all(
+            measured_on(e) == COMMITTED_PROFILE or e.kind in NOT_PRIMARY for e in rows):
+        raise _fail(where, "verdict", claim.verdict, "for a claim about GPU behaviour (gpu = true), evidence beyond "
+                    "cpu measurements (engine source, a paper, docs, the maintainers, a GPU run's results), or "
+                    "'unverifiable'")
+    return claim
+
+
+def _changed(where: str, raw: Any, verdict: str, articles: list[Seed]) -> Change | None:
+    """The dated change that ended a claim; an outdated claim needs one after every article's date, a false claim
+    may name one only from before (it had already stopped holding when the article was written)."""
+    if raw is None:
+        if verdict == "outdated":
+            raise _fail(where, "changed", None, "for an outdated claim, {date, what}: the change that ended it")
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"date", "what"}:
+        raise _fail(where, "changed", raw, "a table {date, what}")
+    change = Change(_date(where, "changed.date", raw["date"]), _text(where, "changed.what", raw["what"]))
+    if verdict not in ("outdated", "false"):
+        raise _fail(where, "changed", raw, "only for an outdated or false claim")
+    for seed in articles:
+        later = after(change.date, seed.written)
+        if later is None:
+            raise _fail(where, "changed.date", change.date, f"a day, to compare with article {seed.id}'s "
+                        f"{seed.written}")
+        if verdict == "outdated" and not later:
+            raise _fail(where, "changed.date", change.date, f"a date after article {seed.id} was written "
+                        f"({seed.written}); a claim that had stopped holding by then is false")
+        if verdict == "false" and later:
+            raise _fail(where, "changed.date", change.date, f"a date on or before article {seed.id}'s "
+                        f"{seed.written}; a claim that held when written and stopped later is outdated")
+    return change
 
 
 def parse(data: dict[str, Any]) -> Ledger:
@@ -168,9 +252,11 @@ def parse(data: dict[str, Any]) -> Ledger:
         raise _fail("top level", "topics", topics, "a non-empty list of topic names")
     seeds = {}
     for sid, raw in (data.get("seeds") or {}).items():
-        if not isinstance(raw, dict) or set(raw) != {"file", "lang", "title"}:
-            raise _fail(f"seed {sid!r}", "seeds", raw, "a table with file, lang and title")
-        seeds[sid] = Seed(sid, raw["file"], raw["lang"], raw["title"])
+        if not isinstance(raw, dict) or set(raw) != _SEED_KEYS:
+            raise _fail(f"seed {sid!r}", "seeds", raw, "a table with " + ", ".join(sorted(_SEED_KEYS)))
+        seeds[sid] = Seed(sid, raw["file"], raw["lang"], raw["title"],
+                          _date(f"seed {sid!r}", "written", raw["written"]),
+                          _text(f"seed {sid!r}", "dated_by", raw["dated_by"]))
     if not seeds:
         raise _fail("top level", "seeds", data.get("seeds"), "a [seeds.ID] table per source article")
     claims = tuple(_claim(raw, i, tuple(topics), seeds) for i, raw in enumerate(data.get("claim") or [], 1))
@@ -190,11 +276,17 @@ def load(folder: Path | None = None) -> Ledger:
 
 
 def seeds_dir() -> Path:
-    """Where the source articles are: $SERVELAB_SEEDS, else shared/seeds in or beside the checkout."""
+    """Where the source articles may be: $SERVELAB_SEEDS, else shared/seeds in or beside the checkout. They are
+    not part of the repository (the book cites them, book/sources.md); the quote check runs where they are."""
     if os.environ.get("SERVELAB_SEEDS"):
         return Path(os.environ["SERVELAB_SEEDS"]).expanduser()
     inside = REPO / "shared" / "seeds"
     return inside if inside.is_dir() else REPO.parent / "shared" / "seeds"
+
+
+def absent_articles(ledger: Ledger, folder: Path) -> list[str]:
+    """The ledger's article files that `folder` lacks ([] when the quotes can be checked there)."""
+    return [s.file for s in ledger.seeds.values() if not (folder / s.file).is_file()]
 
 
 def missing_quotes(ledger: Ledger, folder: Path | None = None) -> list[str]:
@@ -205,104 +297,3 @@ def missing_quotes(ledger: Ledger, folder: Path | None = None) -> list[str]:
             f"{c.quotes[ledger.seeds[a].lang]!r}"
             for c in ledger.claims for a in c.articles
             if normalise(c.quotes[ledger.seeds[a].lang]) not in texts[a]]
-
-
-_FLAG = re.compile(r"(?<![\w`-])(--[a-z][a-z0-9-]*)")
-
-
-def _cell(text: str) -> str:
-    """`text` for one table cell: one line, pipes escaped, command-line flags as code (so the book's
-    typography does not turn their leading `--` into a dash)."""
-    return _FLAG.sub(r"`\1`", normalise(text).replace("|", "\\|"))
-
-
-def _link(ref: str) -> str:
-    if ref.startswith(("http://", "https://")):
-        return f"[{ref.split('://', 1)[1].rstrip('/')}]({ref})"
-    if _NOTEBOOK.fullmatch(ref):
-        return f"[{ref}](../{ref}.ipynb)"
-    return f"`{ref}`"
-
-
-def _evidence_cell(claim: Claim, pinned: dict[str, str]) -> str:
-    lines = []
-    for e in claim.evidence:
-        label = KINDS[e.kind]
-        if e.kind == "engine_source":
-            package = e.ref.split("/")[0]
-            label = f"{'vLLM' if package == 'vllm' else 'SGLang'} {pinned[package]} source"
-        lines.append(f"{label}: {_link(e.ref)}: {_cell(e.detail)}")
-    if claim.to_measure_in:
-        lines.append(f"to be measured in chapter {claim.to_measure_in}")
-    return "<br>".join(lines)
-
-
-def render(ledger: Ledger) -> str:
-    """The Markdown page book/claims.md, computed from the ledger alone."""
-    counts = ledger.counts()
-    out = [
-        "# The claims ledger: what the source articles say, checked",
-        "",
-        "Generated from `servelab/data/claims.toml` by `python -m servelab.book.claims`; "
-        "do not edit this page by hand.",
-        "",
-        f"This page lists every factual claim made by the {len(ledger.seeds)} source articles the book "
-        "started from (see [Sources and how claims are checked](sources.md)), each with a verdict, what "
-        "holds today and the evidence. Engine facts are checked against the installed source code of "
-        f"vLLM {ledger.pinned['vllm']} and SGLang {ledger.pinned['sglang']}, the versions this book pins; "
-        "other facts against papers, release notes and the maintainers' own words, or against a "
-        "measurement in a chapter of this book.",
-        "",
-        "A claim is *true* when it holds today, *outdated* when it held once but no longer does, "
-        "*false* when it was wrong when written, and *unverifiable* when no primary source can settle "
-        "it (a figure without a method, a point-in-time count, a guess). Quotes are the articles' own "
-        "words; one row covers the translations that share a claim.",
-        "",
-        "## Summary",
-        "",
-        "| verdict | claims |",
-        "| --- | ---: |",
-        *[f"| {v} | {n} |" for v, n in counts.items()],
-        f"| all | {sum(counts.values())} |",
-        "",
-        "| source article | language | claims |",
-        "| --- | --- | ---: |",
-        *[f"| {s.id}: {_cell(s.title)} | {s.lang} | {sum(s.id in c.articles for c in ledger.claims)} |"
-          for s in ledger.seeds.values()],
-        "",
-    ]
-    for topic in ledger.topics:
-        rows = [c for c in ledger.claims if c.topic == topic]
-        if not rows:
-            continue
-        out += [f"## {topic}", "", "| claim | the articles say | verdict | today | evidence |",
-                "| --- | --- | --- | --- | --- |"]
-        for c in rows:
-            langs = dict.fromkeys(ledger.seeds[a].lang for a in c.articles)  # in the articles' order
-            quoted = "<br>".join(f"{lang}: {_cell(c.quotes[lang])}" for lang in langs)
-            out.append(f"| **{c.id}** ({', '.join(c.articles)})<br>{_cell(c.claim)} | {quoted} | **{c.verdict}** "
-                       f"| {_cell(c.truth)} | {_evidence_cell(c, ledger.pinned)} |")
-        out.append("")
-    return "\n".join(out)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m servelab.book.claims", description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if book/claims.md is not up to date")
-    args = parser.parse_args(argv)
-    ledger = load()
-    page = render(ledger) + "\n"
-    if args.check:
-        if not PAGE.is_file() or PAGE.read_text(encoding="utf-8") != page:
-            print(f"{PAGE.relative_to(REPO)} is out of date; regenerate it: python -m servelab.book.claims",
-                  file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(page, encoding="utf-8")
-    counts = ", ".join(f"{n} {v}" for v, n in ledger.counts().items())
-    print(f"wrote {PAGE.relative_to(REPO)}: {len(ledger.claims)} claims ({counts})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
