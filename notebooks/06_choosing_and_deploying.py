@@ -413,7 +413,9 @@ for _, row in recipes.explanations(book).iterrows():
 # profile) or a verdict in the ledger, says what was measured, and leans to an engine only where
 # the measured ratio is more than 10% from even. Two kinds of row lean to no engine and say why:
 # engine-against-engine timings measured on the cpu profile, where the two engines do not run
-# comparable code (above), and rows that rest on a ledger verdict alone. The shared-prefix row
+# comparable code (above), and rows that rest on a ledger verdict alone. The speculative row
+# reports chapter 05's speedups with the lowest and highest of its interleaved rounds, and says
+# "helps" or "hurts" only where every round agrees. The shared-prefix row
 # leans on this chapter's shared-prefix run and gives chapter 03's hit rates as context. On
 # another profile the same cell reads that profile's results; a chapter not yet run there leaves
 # its rows out.
