@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from servelab.book import chapters, launch_plan
-from servelab.machine import profiles
+from servelab.machine import gpu_checks, profiles
 from servelab.machine.paths import REPO
 from servelab.measure.chapter_servers import Launch
 
@@ -28,7 +28,7 @@ def test_every_gpu_profiles_plan_has_no_problem(plans, name):
     assert plan.problems == [], "\n".join(plan.problems)
     assert plan.profile.model in plan.models and len(plan.chapters) == len(chapters.sources())
     assert all(c.starts > 0 for c in plan.chapters)
-    assert launch_plan.disk_bytes(plan) > sum(launch_plan.download_bytes(m) for m in plan.models) > 0
+    assert launch_plan.disk_bytes(plan) > sum(gpu_checks.model_bytes(m) for m in plan.models) > 0
     text = launch_plan.markdown(plan)
     assert "Problems: none" in text and "GPU-hours" in text
 

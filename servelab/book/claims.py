@@ -141,6 +141,12 @@ def measured_on(e: Evidence) -> str | None:
     return COMMITTED_PROFILE if e.kind == "notebook" else None
 
 
+def settled_on_cpu_alone(claim: Claim) -> bool:
+    """Whether a verdict about GPU behaviour rests on nothing but cpu measurements and the article itself."""
+    return claim.gpu and claim.verdict != "unverifiable" and all(
+        measured_on(e) == COMMITTED_PROFILE or e.kind in NOT_PRIMARY for e in claim.evidence)
+
+
 def _evidence(where: str, raw: Any, number: int) -> Evidence:
     at = f"{where}, evidence #{number}"
     if not isinstance(raw, dict):
@@ -208,8 +214,7 @@ def _claim(raw: Any, number: int, topics: tuple[str, ...], seeds: dict[str, Seed
     changed = _changed(where, raw.get("changed"), raw["verdict"], [seeds[a] for a in articles])
     claim = Claim(cid, raw["topic"], tuple(articles), dict(quotes), _text(where, "claim", raw["claim"]),
                   raw["verdict"], _text(where, "truth", raw["truth"]), rows, chapter, changed, gpu)
-    if gpu and claim.verdict != "unverifiable" and all(
-            measured_on(e) == COMMITTED_PROFILE or e.kind in NOT_PRIMARY for e in rows):
+    if settled_on_cpu_alone(claim):
         raise _fail(where, "verdict", claim.verdict, "for a claim about GPU behaviour (gpu = true), evidence beyond "
                     "cpu measurements (engine source, a paper, docs, the maintainers, a GPU run's results), or "
                     "'unverifiable'")

@@ -52,7 +52,7 @@ class PlannedLaunch:
     @property
     def flags(self) -> dict[str, Any]:
         """The launch's options that become engine flags (not the Server's own, such as env)."""
-        return {k: v for k, v in self.launch.options.items() if k not in NOT_FLAGS}
+        return engine_flags(self.launch.options)
 
     @property
     def needs_cpu_model(self) -> bool:
@@ -131,21 +131,23 @@ def plan_launches(profile: Profile, sources: Iterable[Any] | None = None,
     return out
 
 
+def engine_flags(options: dict[str, Any]) -> dict[str, Any]:
+    """A launch's options that become engine flags (not the Server's own, such as env)."""
+    return {k: v for k, v in options.items() if k not in NOT_FLAGS}
+
+
 def planned(profile: Profile, chapter: str, item: Launch) -> PlannedLaunch:
     """One declared launch on `profile`: the command servelab would run (port 8000) and the hub models it reads."""
     ref = model_ref(profile, item.model)
-    flags_only = {k: v for k, v in item.options.items() if k not in NOT_FLAGS}
+    flags_only = engine_flags(item.options)
     argv = launch.command(item.engine, profile, ref, 8000, flags_only).argv
     return PlannedLaunch(chapter, item, argv, hub_models(ref, flags_only), item.model or profile.model)
-
-
-download_bytes = gpu_checks.model_bytes
 
 
 def _start_seconds(profile: Profile, planned: PlannedLaunch) -> float:
     if profile.is_cpu:
         return CPU_START_S
-    weights = sum(download_bytes(m) for m in planned.models) / GIB
+    weights = sum(gpu_checks.model_bytes(m) for m in planned.models) / GIB
     return weights / LOAD_GIB_PER_S + START_OVERHEAD_S[planned.launch.engine]
 
 
@@ -219,7 +221,7 @@ def disk_bytes(plan: Plan) -> int:
     """Disk the profile needs: its engine venvs (measured where built, else their recorded size) and every hub
     model's download, with a tenth more for the caches engines write (compiled kernels, CUDA graphs)."""
     envs = {plan.profile.engine_env(e) for e in launch.ENGINES}
-    total = sum(gpu_checks.env_bytes(e) for e in envs) + sum(download_bytes(m) for m in plan.models)
+    total = sum(gpu_checks.env_bytes(e) for e in envs) + sum(gpu_checks.model_bytes(m) for m in plan.models)
     return int(total * 1.1)
 
 
@@ -227,11 +229,11 @@ def table_rows(plan: Plan) -> list[dict[str, Any]]:
     """One row per chapter, and a total."""
     rows = []
     for c in plan.chapters:
-        gib = sum(download_bytes(m) for m in c.models) / GIB
+        gib = sum(gpu_checks.model_bytes(m) for m in c.models) / GIB
         rows.append({"chapter": c.chapter, "engine starts": c.starts, "hub models": len(c.models),
                      "downloads (GiB)": round(gib, 1),
                      "minutes": f"{c.minutes:.0f}" + ("" if c.recorded else " (est., starts only)")})
-    total_gib = sum(download_bytes(m) for m in plan.models) / GIB
+    total_gib = sum(gpu_checks.model_bytes(m) for m in plan.models) / GIB
     minutes = sum(c.minutes for c in plan.chapters)
     rows.append({"chapter": "all (each model downloaded once)", "engine starts": sum(c.starts for c in plan.chapters),
                  "hub models": len(plan.models), "downloads (GiB)": round(total_gib, 1),
@@ -252,7 +254,7 @@ def markdown(plan: Plan) -> str:
     lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in rows]
     if plan.models:
         lines += ["", "Hub models, downloaded by setup before any engine starts:", ""]
-        lines += [f"- `{m}`: {download_bytes(m) / GIB:.1f} GiB" for m in plan.models]
+        lines += [f"- `{m}`: {gpu_checks.model_bytes(m) / GIB:.1f} GiB" for m in plan.models]
     if not plan.profile.is_cpu:
         gpus = ", ".join(g.name for g in memory_fit.gpu_classes(plan.profile.name))
         lines += ["", f"Memory checked on: {gpus} (servelab/data/gpu_classes.toml)."]
