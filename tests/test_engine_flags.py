@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from servelab.book import claims
 from servelab.engines import flags
 from servelab.machine import engine_envs, profiles
-from servelab.machine.paths import REPO
 
 ENGINES = ("vllm", "sglang")
 PORT = 8123
-SEEDS = REPO.parent / "shared" / "seeds"  # CI lays shared/ beside the clone
+SEEDS = claims.seeds_dir()  # the ledger's lookup: $SERVELAB_SEEDS, else shared/seeds in or beside the clone
 ARTICLES = {c["id"]: c for c in flags.article_commands()}
 
 
@@ -168,7 +168,7 @@ def test_article_commands_are_the_articles_own(cid):
     entry = ARTICLES[cid]
     assert entry["engine"] in ENGINES and entry["seeds"] and entry["what"]
     if not SEEDS.is_dir():
-        pytest.skip(f"{SEEDS} (the source articles) is not on this machine")
+        pytest.skip(f"{SEEDS} (the source articles) is not on this machine: set SERVELAB_SEEDS to their folder")
     for seed in entry["seeds"]:
         text = _text(SEEDS / seed)
         if "prose" in entry:
