@@ -8,7 +8,7 @@ import time
 import pytest
 
 from servelab.engines import server as server_module
-from servelab.measure.lineup import Lineup
+from servelab.measure.lineup import Lineup, in_rounds, side_by_side
 
 
 class FakeServer:
@@ -107,3 +107,41 @@ def test_bad_names_and_empty_lineups():
         lineup.take("d")
     with pytest.raises(ValueError, match="at least one server"):
         Lineup({}, together=True)
+
+
+def test_in_rounds_side_by_side_turns_the_order_every_round():
+    log: list = []
+    servers = _servers(log, delay=0.0)
+    prepared = []
+    got = in_rounds(servers, 3, together=True, measure=lambda name, server, r: (server.running, r),
+                    prepare=lambda name, server: prepared.append(name))
+    assert prepared == ["a", "b", "c"]
+    assert [(r, name) for r, name, _ in got] == [(0, "a"), (0, "b"), (0, "c"), (1, "b"), (1, "c"), (1, "a"),
+                                                 (2, "c"), (2, "a"), (2, "b")]
+    assert all(running for _, _, (running, _) in got) and not any(s.running for s in servers.values())
+    assert [e[0] for e in log].count("start") == 3  # each server started once
+
+
+def test_in_rounds_one_at_a_time_runs_each_servers_rounds_back_to_back_and_stops_on_failure():
+    log: list = []
+    servers = _servers(log, delay=0.0)
+    running_together = []
+    got = in_rounds(servers, 2, together=False,
+                    measure=lambda name, server, r: running_together.append(sum(s.running for s in servers.values())))
+    assert [(r, name) for r, name, _ in got] == [(0, "a"), (1, "a"), (0, "b"), (1, "b"), (0, "c"), (1, "c")]
+    assert set(running_together) == {1}
+
+    def broken(name, server, r):
+        raise RuntimeError("measurement failed")
+
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        in_rounds(servers, 2, together=True, measure=broken)
+    assert not any(s.running for s in servers.values())
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        in_rounds(servers, 0, together=True, measure=broken)
+
+
+def test_servers_run_side_by_side_only_where_the_profile_bounds_their_kv_memory():
+    from servelab.machine import profiles
+
+    assert side_by_side(profiles.load("cpu")) and not side_by_side(profiles.load("gpu-24g"))

@@ -86,23 +86,28 @@ def test_sharing_a_prefix_fits_more_requests_at_once(cache, size):
         concurrent_fit(shared, 20, 2, cache="lru", capacity=1024)
 
 
-def test_on_off_ttft_leaves_out_the_request_that_fills_the_cache():
-    on = pd.DataFrame({"ttft_s": [2.0, 0.5, 0.4, 0.6], "cached_tokens": [0, 700, 700, 700],
-                       "prompt_tokens": [800] * 4})
-    off = pd.DataFrame({"ttft_s": [2.0, 2.2, 1.8], "cached_tokens": [0, 0, 0], "prompt_tokens": [800] * 3})
-    got = on_off_ttft(on, off)
-    assert got["TTFT on (s, median)"] == 0.5 and got["TTFT off (s, median)"] == 2.0
-    assert got["TTFT ratio off/on"] == 4.0 and got["requests on (after the first)"] == 3
-    assert got["share of tokens prefilled"] == pytest.approx(100 / 800) and got["share of time left"] == 0.25
-    with pytest.raises(ValueError, match="at least 2 requests"):
-        on_off_ttft(on.iloc[:1], off)
+def test_on_off_ttft_gives_one_ratio_per_round_and_their_range():
+    pairs = pd.DataFrame({"round": [0, 0, 0, 0, 1, 1, 1, 1], "cache": ["off", "on"] * 4,
+                          "ttft_s": [2.0, 0.5, 2.2, 0.5, 1.8, 0.6, 1.8, 0.6],
+                          "cached_tokens": [0, 700] * 4, "prompt_tokens": [800] * 8})
+    got = on_off_ttft(pairs)
+    assert got["rounds"] == 2 and got["pairs per round"] == 2
+    assert got["lowest round"] == pytest.approx(3.0) and got["highest round"] == pytest.approx(4.2)
+    assert got["TTFT ratio off/on"] == pytest.approx(3.6) and got["on ahead in every round"] is True
+    assert got["share of tokens prefilled"] == pytest.approx(100 / 800)
+    slow = pairs.assign(ttft_s=[2.0, 0.5, 2.2, 0.5, 0.6, 1.8, 0.6, 1.8])  # round 1: the cached requests slower
+    assert on_off_ttft(slow)["on ahead in every round"] is False
+    with pytest.raises(ValueError, match="need requests with the cache on and off, got 4 and 0"):
+        on_off_ttft(pairs[pairs.cache == "on"])
 
 
 def test_verdict_table_lays_out_every_measure_per_engine():
     rates = pd.DataFrame({"vLLM": [0.6, 0.5, 0.65], "SGLang": [0.7, 0.6, 0.72]},
                          index=["agent_tree", "multi_turn", "few_shot"])
     table = verdict_table(rates, {"vLLM": 0.58, "SGLang": 0.03},
-                          {"vLLM, fcfs": 0.8, "SGLang, fcfs": 0.25, "SGLang, lpm": 0.97}, {"vLLM": 6.8, "SGLang": 3.8})
+                          {"vLLM, fcfs": 0.8, "SGLang, fcfs": 0.25, "SGLang, lpm": 0.97},
+                          {e: {"TTFT ratio off/on": r, "lowest round": r - 0.5, "highest round": r + 0.25}
+                           for e, r in (("vLLM", 6.8), ("SGLang", 3.8))})
     assert list(table.columns) == ["vLLM", "SGLang"] and len(table) == 6
     assert table.loc["agent tree: hit rate", "SGLang"] == "70%"
     assert table.loc["burst, small cache: reusers' prompt tokens cached", "SGLang"] == "25% (fcfs), 97% (lpm)"

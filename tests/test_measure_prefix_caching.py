@@ -35,8 +35,8 @@ from servelab.measure.prefix_cache_live import (
     chat_token_ids,
     counters,
     measured_hits,
+    on_off_pairs,
     predict_hits,
-    run_cold,
     run_workloads,
     set_apart,
     sglang_schedule_facts,
@@ -414,12 +414,16 @@ def test_reuser_ceiling_is_whole_blocks_of_all_but_the_last_token():
     assert common_prefix([], [1]) == 0
 
 
-def test_run_cold_empties_the_cache_before_every_request(engine_stand_in):
+def test_on_off_pairs_send_a_cold_request_and_a_cached_one_after_every_flush(engine_stand_in):
     server, state = engine_stand_in
     shared = list(range(100, 140))
-    frame = run_cold(server, [shared + [1], shared + [2], shared + [3]], ["c0", "c1", "c2"])
-    assert state["flushes"] == 3
-    assert frame.request.tolist() == ["c0", "c1", "c2"] and frame.cached_tokens.tolist() == [0, 0, 0]
+    frame = on_off_pairs(server, [shared + [1], shared + [2], shared + [3]], ["c0", "c1", "c2"], pairs=2, rounds=2)
+    assert state["flushes"] == 4
+    assert frame.request.tolist() == ["c0", "c1", "c1", "c2"] * 2
+    assert frame.cache.tolist() == ["off", "on"] * 4 and frame["round"].tolist() == [0] * 4 + [1] * 4
+    assert frame.cached_tokens.tolist() == [0, 40] * 4
+    with pytest.raises(ValueError, match="3 pairs need 4 prompts with a name each, got 3 prompts and 3 names"):
+        on_off_pairs(server, [shared] * 3, ["a", "b", "c"], pairs=3, rounds=1)
     assert run_workloads(server, {"warm": [shared + [1], shared + [2]]})[0].cached_tokens.tolist() == [0, 40]
 
 

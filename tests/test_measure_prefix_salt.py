@@ -41,7 +41,9 @@ def test_a_run_is_timed_from_its_first_request_sent_to_its_last_answer() -> None
 
 
 def test_the_salted_burst_needs_one_copy_of_its_prompt_per_request_in_whole_blocks() -> None:
-    table = pd.DataFrame({"requests": [2, 2], "largest prompt": [890, 890]}, index=["on", "off"])
+    table = pd.DataFrame({"requests": [2, 2, 2, 2], "largest prompt": [890, 880, 890, 890]},
+                         index=pd.MultiIndex.from_tuples([(0, "on"), (0, "off"), (1, "off"), (1, "on")],
+                                                         names=["round", "cache"]))
     assert ps.kv_needed(table, 4, 128) == 2 * 7 * 128  # 894 tokens: seven blocks of 128 each
     assert ps.kv_needed(table, 4, 1) == 2 * 894
     with pytest.raises(ValueError, match="need unit >= 1 and output_tokens >= 1; got 0 and 4"):
@@ -60,26 +62,36 @@ def test_the_salted_run_sends_the_same_unsalted_warm_up_as_the_cached_one(monkey
     monkeypatch.setattr(ps, "run_load", load)
     monkeypatch.setattr(ps, "flush", lambda server: None)
     monkeypatch.setattr(ps, "counters", lambda server: {"queries": 0.0, "hits": 0.0})
-    ps.on_off(object(), [{"role": "user", "content": "warm"}], [[{"role": "user", "content": "q"}]] * 2,
-              output_tokens=3)
+    table = ps.on_off(object(), [{"role": "user", "content": "warm"}], [[{"role": "user", "content": "q"}]] * 2,
+                      output_tokens=3, rounds=2)
     warm_ups = [s for s in sent if s[0] == [[{"role": "user", "content": "warm"}]]]
-    assert len(warm_ups) == 2 and all(options is None for _, options in warm_ups)  # one per run, unsalted
-    bursts = [options for prompts, options in sent if len(prompts) == 2]
-    assert "cache_salt" not in bursts[0][0]["extra_body"] and "cache_salt" in bursts[1][0]["extra_body"]
+    assert len(warm_ups) == 4 and all(options is None for _, options in warm_ups)  # one per run, unsalted
+    salted = ["cache_salt" in options[0]["extra_body"] for prompts, options in sent if len(prompts) == 2]
+    assert salted == [False, True, True, False]  # on, off; then off, on: neither always first
+    assert table.index.tolist() == [(0, "on"), (0, "off"), (1, "off"), (1, "on")]
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        ps.on_off(object(), [], [], output_tokens=3, rounds=0)
 
 
-def test_ratios_compare_on_with_off_per_engine() -> None:
-    def run(on_s: float, off_s: float, cached_on: int) -> pd.DataFrame:
-        rows = {"on": {"requests/s": 3 / on_s, "output tokens/s": 12 / on_s, "cached tokens (requests)": cached_on,
-                       "cached tokens (counter)": cached_on},
-                "off": {"requests/s": 3 / off_s, "output tokens/s": 12 / off_s, "cached tokens (requests)": 0,
-                        "cached tokens (counter)": 0}}
-        return pd.DataFrame(rows).T
+def test_ratios_compare_on_with_off_per_engine_round_by_round() -> None:
+    def run(pairs: list[tuple[float, float]], cached_on: int) -> pd.DataFrame:
+        rows = {}
+        for r, (on_s, off_s) in enumerate(pairs):
+            rows[(r, "on")] = {"requests/s": 3 / on_s, "cached tokens (requests)": cached_on,
+                               "cached tokens (counter)": cached_on}
+            rows[(r, "off")] = {"requests/s": 3 / off_s, "cached tokens (requests)": 0, "cached tokens (counter)": 0}
+        table = pd.DataFrame.from_dict(rows, orient="index")
+        table.index = pd.MultiIndex.from_tuples(table.index, names=["round", "cache"])
+        return table
 
-    table = ps.ratios({"vLLM": run(1.0, 4.0, 300), "SGLang": run(2.0, 3.0, 320)})
+    table = ps.ratios({"vLLM": run([(1.0, 4.0), (1.0, 3.0), (1.0, 5.0)], 300),
+                       "SGLang": run([(2.0, 3.0), (2.0, 1.8)], 320)})
     assert table.loc["vLLM", "requests/s on/off"] == pytest.approx(4.0)
-    assert table.loc["SGLang", "output tokens/s on/off"] == pytest.approx(1.5)
-    assert table.loc["SGLang", "cached tokens on"] == 320 and table.loc["vLLM", "cached tokens off"] == 0
+    assert (table.loc["vLLM", "lowest round"], table.loc["vLLM", "highest round"]) == pytest.approx((3.0, 5.0))
+    assert bool(table.loc["vLLM", "on ahead in every round"]) is True
+    assert bool(table.loc["SGLang", "on ahead in every round"]) is False  # one round has off ahead
+    assert table.loc["SGLang", "requests/s on/off"] == pytest.approx((1.5 + 0.9) / 2)
+    assert table.loc["SGLang", "cached tokens on"] == 640 and table.loc["vLLM", "cached tokens off"] == 0
 
 
 def test_per_request_options_need_one_dict_per_prompt() -> None:

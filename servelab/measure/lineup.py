@@ -3,20 +3,29 @@
 On the cpu profile each engine server holds a KV budget given in tokens, so several fit in memory
 at once and their starts (mostly imports, each in its own processes) can overlap; an idle vLLM
 server uses next to no CPU, so one can be measured while the others wait. On a GPU profile each
-server claims most of the GPU's memory: there they must run one at a time.
+server claims most of the GPU's memory: there they must run one at a time (`side_by_side`).
+
+`in_rounds` measures several servers in rounds: side by side, each round measures every server in
+turn, round r starting with server r mod n, so whatever slows the machine for a while falls on all
+of them; one at a time, each server's rounds run back to back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from functools import partial
+from typing import TypeVar
 from unittest.mock import patch
 
 from tqdm import tqdm
 
 from servelab.engines import server as server_module
 from servelab.engines.server import Server
+from servelab.integers import int_at_least
+from servelab.machine.profiles import Profile
+
+T = TypeVar("T")
 
 
 class Lineup:
@@ -80,3 +89,42 @@ class Lineup:
         finally:
             for server in self.servers.values():
                 server.stop()
+
+
+def side_by_side(profile: Profile) -> bool:
+    """Whether a chapter's servers can run side by side: where the profile bounds every server's KV memory
+    (cpu). On a GPU, vLLM asks for its share of the whole card at start (``request_memory`` in
+    ``vllm/v1/worker/utils.py``), whatever KV budget it is given, so a second server does not fit beside it."""
+    return profile.kv_cache_tokens is not None
+
+
+def in_rounds(servers: Mapping[str, Server], rounds: int, *, together: bool,
+              measure: Callable[[str, Server, int], T],
+              prepare: Callable[[str, Server], None] | None = None) -> list[tuple[int, str, T]]:
+    """``measure(name, server, round)`` for every server in every round, as (round, name, result).
+
+    ``together``: every server started, ``prepare``d once, then each round measures them all in turn,
+    round r starting with the (r mod n)-th. Otherwise one server at a time: started, prepared, its rounds
+    back to back, stopped. Every server is stopped at the end, also when a measurement fails.
+    """
+    rounds = int_at_least("rounds", rounds, 1)
+    names = list(servers)
+    lineup = Lineup(servers, together=together, background=True)
+    out: list[tuple[int, str, T]] = []
+    try:
+        if together:
+            for name in names:
+                if prepare:
+                    prepare(name, lineup.take(name))
+            for r in range(rounds):
+                k = r % len(names)
+                out += [(r, name, measure(name, lineup.take(name), r)) for name in names[k:] + names[:k]]
+        else:
+            for name in names:
+                server = lineup.take(name)
+                if prepare:
+                    prepare(name, server)
+                out += [(r, name, measure(name, server, r)) for r in range(rounds)]
+    finally:
+        lineup.stop()
+    return out

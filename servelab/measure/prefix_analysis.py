@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from servelab.measure.prefix_cache_live import predict_hits
+from servelab.measure.rounds import every_round_above, spread
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 
 Tokens = Sequence[Sequence[int]]
@@ -124,34 +125,37 @@ def concurrent_fit(shared: Sequence[int], question_tokens: int, requests: int, *
     return len(prompts)
 
 
-def on_off_ttft(on: pd.DataFrame, off: pd.DataFrame) -> dict[str, float]:
-    """Time to first token with the cache on and off, from per-request rows (``ttft_s``, ``cached_tokens``,
-    ``prompt_tokens``).
+def on_off_ttft(pairs: pd.DataFrame) -> dict[str, float]:
+    """Time to first token with the cache off and on, from ``prefix_cache_live.on_off_pairs``' rows
+    (``round``, ``cache``, ``ttft_s``, ``cached_tokens``, ``prompt_tokens``).
 
-    ``on``: requests sent one after another with the cache on; the first fills the cache and is left
-    out. ``off``: the same kind of requests, each after emptying the cache (all of them count). The
-    medians are over equivalent requests, so the ratio does not depend on how many were sent.
+    Each round gives one ratio, the median cold TTFT over the median cached one; the row gives the median
+    of those ratios with the lowest and highest round, and whether every round put the cache on ahead.
     ``share of tokens prefilled`` and ``share of time left`` set what the cache left to compute beside
-    the time it took (both relative to the cold request): equal if time followed the new tokens.
+    the time it took (both relative to the cold requests): equal if time followed the new tokens.
     """
-    if len(on) < 2 or len(off) < 1:
-        raise ValueError(f"need at least 2 requests with the cache on and 1 off, got {len(on)} and {len(off)}")
-    warm = on.iloc[1:]
-    ttft_on, ttft_off = float(warm.ttft_s.median()), float(off.ttft_s.median())
-    cached, prompt = float(warm.cached_tokens.median()), float(warm.prompt_tokens.median())
-    return {"requests on (after the first)": len(warm), "requests off": len(off),
+    on, off = pairs[pairs.cache == "on"], pairs[pairs.cache == "off"]
+    if on.empty or off.empty:
+        raise ValueError(f"need requests with the cache on and off, got {len(on)} and {len(off)}")
+    per_round = (off.groupby("round").ttft_s.median() / on.groupby("round").ttft_s.median()).dropna()
+    ratio = spread(per_round.tolist())
+    ttft_on, ttft_off = float(on.ttft_s.median()), float(off.ttft_s.median())
+    cached, prompt = float(on.cached_tokens.median()), float(on.prompt_tokens.median())
+    return {"rounds": ratio["rounds"], "pairs per round": len(on) // ratio["rounds"],
             "prompt tokens (median)": prompt, "cached tokens on (median)": cached,
             "cached tokens off (sum)": float(off.cached_tokens.sum()),
             "TTFT on (s, median)": ttft_on, "TTFT off (s, median)": ttft_off,
-            "TTFT ratio off/on": ttft_off / ttft_on,
+            "TTFT ratio off/on": ratio["median"], "lowest round": ratio["lowest"], "highest round": ratio["highest"],
+            "on ahead in every round": every_round_above(per_round.tolist()),
             "share of tokens prefilled": (prompt - cached) / prompt, "share of time left": ttft_on / ttft_off}
 
 
 def verdict_table(rates: pd.DataFrame, second_round: Mapping[str, float], reusers: Mapping[str, float],
-                  ttft_ratio: Mapping[str, float]) -> pd.DataFrame:
+                  ttft: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     """The chapter's measurements side by side: hit rates (``rates``: columns vLLM, SGLang, by workload),
     the loop's second-round hit rate per engine, the burst's reusers' cached share per configuration
-    (``"vLLM, fcfs"``, ``"SGLang, fcfs"``, ``"SGLang, lpm"``) and the TTFT ratio off / on per engine."""
+    (``"vLLM, fcfs"``, ``"SGLang, fcfs"``, ``"SGLang, lpm"``) and, per engine, ``on_off_ttft``'s row: the
+    TTFT ratio off / on with its lowest and highest round."""
     workloads = [w for w in ("agent_tree", "multi_turn", "few_shot") if w in rates.index]
     rows = {f"{w.replace('_', ' ')}: hit rate": (f"{rates.loc[w, 'vLLM']:.0%}", f"{rates.loc[w, 'SGLang']:.0%}")
             for w in workloads}
@@ -159,6 +163,7 @@ def verdict_table(rates: pd.DataFrame, second_round: Mapping[str, float], reuser
                                                                     f"{second_round['SGLang']:.0%}")
     rows["burst, small cache: reusers' prompt tokens cached"] = (
         f"{reusers['vLLM, fcfs']:.0%}", f"{reusers['SGLang, fcfs']:.0%} (fcfs), {reusers['SGLang, lpm']:.0%} (lpm)")
-    rows["few-shot: time to first token, cache off / on"] = (f"{ttft_ratio['vLLM']:.1f}x",
-                                                             f"{ttft_ratio['SGLang']:.1f}x")
+    rows["few-shot: time to first token, cache off / on (rounds' range)"] = tuple(
+        f"{t['TTFT ratio off/on']:.1f}x ({t['lowest round']:.1f}-{t['highest round']:.1f})"
+        for t in (ttft["vLLM"], ttft["SGLang"]))
     return pd.DataFrame.from_dict(rows, orient="index", columns=["vLLM", "SGLang"])

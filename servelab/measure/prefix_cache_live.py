@@ -28,6 +28,7 @@ from openai import AsyncOpenAI
 
 from servelab.engines.metrics import scrape
 from servelab.engines.server import Server
+from servelab.integers import int_at_least
 from servelab.machine import engine_envs
 from servelab.machine.profiles import Profile
 from servelab.measure.kv_capacity import engine_capacity
@@ -156,14 +157,27 @@ def run_workloads(server: Server, workloads: dict[str, Sequence[list[int]]],
     return requests[["workload", *[c for c in requests if c != "workload"]]], pd.DataFrame(totals)
 
 
-def run_cold(server: Server, prompts: Sequence[list[int]], names: Sequence[str]) -> pd.DataFrame:
-    """Each prompt after emptying the prefix cache: every request prefills its whole prompt, as with the
-    cache turned off, on the same server (no second server to start). One row per request."""
+def on_off_pairs(server: Server, prompts: Sequence[list[int]], names: Sequence[str], *, pairs: int,
+                 rounds: int) -> pd.DataFrame:
+    """Time to first token with the cache off and on, side by side, ``rounds`` times over.
+
+    A pair empties the cache, sends ``prompts[k]`` (cache off: it prefills its whole prompt) and at once
+    ``prompts[k + 1]``, which finds what the first left cached (cache on: it prefills the rest). Each round
+    runs pairs k = 0 .. ``pairs`` - 1, so every cold request has a cached one next to it in time, and a
+    slow moment of the host lands on both. One row per request: ``round``, ``pair``, ``cache``.
+    """
+    pairs, rounds = int_at_least("pairs", pairs, 1), int_at_least("rounds", rounds, 1)
+    if len(prompts) < pairs + 1 or len(names) != len(prompts):
+        raise ValueError(f"{pairs} pairs need {pairs + 1} prompts with a name each, "
+                         f"got {len(prompts)} prompts and {len(names)} names")
     frames = []
-    for name, prompt in zip(names, prompts, strict=True):
-        flush(server)
-        frames.append(send(server, [prompt], [name]))
-    return pd.concat(frames, ignore_index=True)
+    for r in range(rounds):
+        for k in range(pairs):
+            flush(server)
+            frame = send(server, [prompts[k], prompts[k + 1]], [names[k], names[k + 1]])
+            frames.append(frame.assign(round=r, pair=k, cache=["off", "on"]))
+    rows = pd.concat(frames, ignore_index=True)
+    return rows[["round", "pair", "cache", *[c for c in rows if c not in ("round", "pair", "cache")]]]
 
 
 def predict_hits(cache: str, prompts: Sequence[Sequence[int]], *, block_size: int = 1,

@@ -25,8 +25,10 @@ import pandas as pd
 
 from servelab.engines.client import run_load
 from servelab.engines.server import Server
+from servelab.integers import int_at_least
 from servelab.measure.prefix_cache_live import counters, flush
 from servelab.measure.prefix_workloads import Message
+from servelab.measure.rounds import every_round_above, spread
 
 _FORBIDDEN = set("@/\\\x00")  # vLLM refuses a salt with these (validate_cache_salt), or longer than 128
 
@@ -80,12 +82,17 @@ def burst(server: Server, warm: Sequence[Message], prompts: Sequence[Sequence[Me
 
 
 def on_off(server: Server, warm: Sequence[Message], prompts: Sequence[Sequence[Message]], *,
-           output_tokens: int) -> pd.DataFrame:
-    """The burst with the cache on, then off (a salt each); one row per run, indexed by ``cache``."""
+           output_tokens: int, rounds: int = 1) -> pd.DataFrame:
+    """The burst with the cache on and off (a salt each), ``rounds`` times, the order turned round every
+    round (on, off; off, on; ...) so neither always runs first; one row per run, indexed by ``round``, ``cache``."""
     rows = {}
-    for cache, salted in (("on", False), ("off", True)):
-        rows[cache] = burst(server, warm, prompts, output_tokens=output_tokens, salted=salted)[1]
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("cache")
+    for r in range(int_at_least("rounds", rounds, 1)):
+        order = (("on", False), ("off", True)) if r % 2 == 0 else (("off", True), ("on", False))
+        for cache, salted in order:
+            rows[(r, cache)] = burst(server, warm, prompts, output_tokens=output_tokens, salted=salted)[1]
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index = pd.MultiIndex.from_tuples(table.index, names=["round", "cache"])
+    return table
 
 
 def kv_needed(table: pd.DataFrame, output_tokens: int, unit: int) -> int:
@@ -94,18 +101,24 @@ def kv_needed(table: pd.DataFrame, output_tokens: int, unit: int) -> int:
     shared. An upper bound: the last generated token is never written to the cache."""
     if unit < 1 or output_tokens < 1:
         raise ValueError(f"need unit >= 1 and output_tokens >= 1; got {unit} and {output_tokens}")
-    off = table.loc["off"]
-    per_request = -(-(int(off["largest prompt"]) + output_tokens) // unit) * unit
-    return int(off["requests"]) * per_request
+    off = table.xs("off", level="cache")
+    per_request = -(-(int(off["largest prompt"].max()) + output_tokens) // unit) * unit
+    return int(off["requests"].max()) * per_request
 
 
 def ratios(runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Per engine (``runs``: its ``on_off`` table): throughput with the cache on / off, and cached tokens."""
-    return pd.DataFrame.from_dict({engine: {
-        "requests/s on/off": t.loc["on", "requests/s"] / t.loc["off", "requests/s"],
-        "output tokens/s on/off": t.loc["on", "output tokens/s"] / t.loc["off", "output tokens/s"],
-        "cached tokens on": int(t.loc["on", "cached tokens (requests)"]),
-        "cached tokens off": int(t.loc["off", "cached tokens (requests)"]),
-        "cached tokens on (counter)": int(t.loc["on", "cached tokens (counter)"]),
-        "cached tokens off (counter)": int(t.loc["off", "cached tokens (counter)"]),
-    } for engine, t in runs.items()}, orient="index")
+    """Per engine (``runs``: its ``on_off`` table): throughput with the cache on / off, the median of one
+    ratio per round with the lowest and highest round, and cached tokens over all rounds."""
+    rows = {}
+    for engine, t in runs.items():
+        on, off = t.xs("on", level="cache"), t.xs("off", level="cache")
+        per_round = on["requests/s"] / off["requests/s"]
+        ratio = spread(per_round.tolist())
+        rows[engine] = {
+            "rounds": ratio["rounds"], "requests/s on/off": ratio["median"], "lowest round": ratio["lowest"],
+            "highest round": ratio["highest"], "on ahead in every round": every_round_above(per_round.tolist()),
+            "cached tokens on": int(on["cached tokens (requests)"].sum()),
+            "cached tokens off": int(off["cached tokens (requests)"].sum()),
+            "cached tokens on (counter)": int(on["cached tokens (counter)"].sum()),
+            "cached tokens off (counter)": int(off["cached tokens (counter)"].sum())}
+    return pd.DataFrame.from_dict(rows, orient="index")

@@ -7,6 +7,7 @@ from typing import Any
 
 from servelab.machine.profiles import Profile
 from servelab.measure.chapter_servers import Launch, by_name
+from servelab.measure.lineup import side_by_side
 from servelab.measure.prefix_burst import one_step_prefill
 from servelab.measure.prefix_cache_live import cache_options
 
@@ -17,12 +18,7 @@ def servers(profile: Profile, *, kv_tokens: int | None = None, **parameters: Any
     # The chapter's lineup runs the servers side by side where every one's memory is bounded (cpu); on a GPU each
     # claims most of the card, so one runs at a time and the chapter's order (vllm, sglang, vllm, vllm, sglang,
     # sglang lpm) starts vllm and sglang twice.
-    again = 1 if together(profile) else 2
+    again = 1 if side_by_side(profile) else 2
     return by_name(Launch("vllm", "vllm", {**cache_options("vllm"), "kv_cache_tokens": tokens}, starts=again),
                    Launch("sglang", "sglang", sglang, starts=again),
                    Launch("sglang lpm", "sglang", {**sglang, "schedule_policy": "lpm"}))
-
-
-def together(profile: Profile) -> bool:
-    """Whether the chapter's servers run side by side: where the profile bounds every server's KV memory."""
-    return profile.kv_cache_tokens is not None
