@@ -44,6 +44,7 @@ stream_prompt_tokens = 32     # prompt of each stream
 long_prompt_fraction = 0.25   # the long prompt, as a fraction of the profile's max_model_len
 calibration_repeats = 2       # each calibration prompt is timed this many times
 calibration_decode_tokens = 16  # tokens per decode-calibration run
+rounds = 3                    # the scenario runs this many times on every server, the servers taking turns
 
 # %%
 import pandas as pd
@@ -55,6 +56,8 @@ from servelab.book.i18n import N_
 from servelab.engines import flags
 from servelab.measure import chunked_prefill_live as live
 from servelab.measure.chapter_servers import c04
+from servelab.measure.lineup import side_by_side
+from servelab.measure.rounds import chance_of_agreement
 from servelab.sim.chunked_prefill import (
     LONG,
     CostModel,
@@ -164,10 +167,16 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # %% [markdown]
 # ## The real engines, measured
 #
-# One server per setting, since every budget is a server flag (`with running(...) as server`
-# starts it and stops it again). On each, the scenario runs once
-# (every figure below is from that single run; nothing is repeated or averaged over runs)
-# with per-token timestamps from a streaming client (`servelab/measure/chunked_prefill.py`:
+# One server per setting, since every budget is a server flag. The three servers of one engine
+# run side by side (on a GPU, where each asks for most of the card, one after the other). Each is
+# calibrated if marked so (below), then runs the scenario once untimed, so that no measured run pays
+# the server's one-off costs. Then the scenario runs in `rounds` rounds: in each, every server of
+# the engine once, in turn, the first server changing from round to round, each round with fresh
+# prompts, so nothing is served from the prefix cache of another round. A slow stretch of the
+# machine then lands on every setting of the round, and each ratio below is one per round: the
+# chapter states the median round and the range, and a conclusion only where every round agrees
+# (`measure_rounds` in `servelab/measure/chunked_prefill_live.py`). The streaming client keeps
+# per-token timestamps (`servelab/measure/chunked_prefill.py`:
 # prompts are token ids, so they have exactly the length asked for, and every answer is forced to
 # its full length). On one server per engine the step cost is calibrated first: single prompts of
 # a few lengths timed alone (their time to first token) and batches of streams decoding together
@@ -182,50 +191,77 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # lines 43-52), a development mode servelab leaves off.
 
 # %%
-parts = []
-for cfg in configs:
-    with servers[cfg.label].server(prof) as server:
-        parts.append(live.measure_one(server, cfg, scenario, calibration=calibration, seed=seed))
-runs = live.collect(parts)
-results.save("chunked_prefill_live", runs.stats, prof, scenario=vars(scenario), seed=seed)
+runs = live.measure_rounds(configs, {c.label: servers[c.label].server(prof) for c in configs}, scenario,
+                           rounds=rounds, together=side_by_side(prof), calibration=calibration, seed=seed)
+results.save("chunked_prefill_rounds", runs.stats, prof, scenario=vars(scenario), seed=seed, rounds=rounds)
+results.save("chunked_prefill_live", live.medians(runs.stats), prof, scenario=vars(scenario), seed=seed, rounds=rounds)
 results.save("chunked_prefill_tokens", runs.chunks, prof, scenario=vars(scenario), seed=seed)
 results.save("chunked_prefill_calibration", runs.calibration, prof, seed=seed)
-measured = runs.stats.set_index("config")
+measured = live.medians(runs.stats).set_index("config")  # each config's median round
 reported = [c for c in measured.columns if c.startswith("reported ")]
-measured[[*live.METRICS, "gaps", *reported]].round(3)
+measured[["rounds", *live.METRICS, "gaps", *reported]].round(3)
 
 # %%
-# NBVAL_CHECK_OUTPUT
 vllm_small, vllm_large = measured.loc[vllm_small_cfg.label], measured.loc[vllm_large_cfg.label]
 vllm_threshold = measured.loc[vllm_threshold_cfg.label]
 sgl_plain, sgl_mixed = measured.loc[sgl_plain_cfg.label], measured.loc[sgl_mixed_cfg.label]
 sgl_mixed_large = measured.loc[sgl_mixed_large_cfg.label]
-# vLLM: the streams' p90 gap during the long prefill is higher with the largest budget than with the smallest
-print(vllm_large.itl_p90_s > vllm_small.itl_p90_s)
-# vLLM: the long prompt's TTFT is longer with the smallest budget than with the largest
-print(vllm_small.long_ttft_s > vllm_large.long_ttft_s)
-# vLLM: the long-prefill threshold lowers the p90 gap at the largest budget
-print(vllm_threshold.itl_p90_s < vllm_large.itl_p90_s)
-# SGLang without mixed chunk: the streams' longest stall is more than half the long prompt's TTFT
-print(sgl_plain.longest_stall_s > 0.5 * sgl_plain.long_ttft_s)
-# SGLang: mixed chunk shortens the streams' longest stall
-print(sgl_mixed.longest_stall_s < sgl_plain.longest_stall_s)
-# SGLang with mixed chunk: the largest chunk size gives a higher p90 gap and a shorter TTFT than the smallest
-print(sgl_mixed_large.itl_p90_s > sgl_mixed.itl_p90_s, sgl_mixed.long_ttft_s > sgl_mixed_large.long_ttft_s)
+
+
+def per_round(numerator, denominator, metric, denominator_metric=None):
+    """One ratio per round: `numerator`'s metric over `denominator`'s, measured in the same round."""
+    return live.round_ratios(runs.stats, numerator.label, denominator.label, metric, denominator_metric)
+
+
+compared_rounds = {
+    "vLLM: p90 gap, largest / smallest budget": per_round(vllm_large_cfg, vllm_small_cfg, "itl_p90_s"),
+    "vLLM: long TTFT, smallest / largest budget": per_round(vllm_small_cfg, vllm_large_cfg, "long_ttft_s"),
+    "vLLM: p90 gap, largest budget / with threshold": per_round(vllm_large_cfg, vllm_threshold_cfg, "itl_p90_s"),
+    "vLLM: p90 gap, with threshold / smallest budget": per_round(vllm_threshold_cfg, vllm_small_cfg, "itl_p90_s"),
+    "SGLang: long TTFT, mixed / plain": per_round(sgl_mixed_cfg, sgl_plain_cfg, "long_ttft_s"),
+    "SGLang plain: longest stall / long TTFT": per_round(sgl_plain_cfg, sgl_plain_cfg, "longest_stall_s",
+                                                         "long_ttft_s"),
+    "SGLang: longest stall, plain / mixed": per_round(sgl_plain_cfg, sgl_mixed_cfg, "longest_stall_s"),
+    "SGLang mixed: p90 gap, largest / smallest chunk": per_round(sgl_mixed_large_cfg, sgl_mixed_cfg, "itl_p90_s"),
+    "SGLang mixed: long TTFT, smallest / largest chunk": per_round(sgl_mixed_cfg, sgl_mixed_large_cfg, "long_ttft_s"),
+}
+round_table = pd.DataFrame({name: {"median": r.median(), "lowest round": r.min(), "highest round": r.max()}
+                            for name, r in compared_rounds.items()}).T
+print(f"{rounds} rounds; a difference that is not there puts every round on one side by chance "
+      f"{chance_of_agreement(rounds):.0%} of the time.")
+round_table.round(2)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+lowest = round_table["lowest round"]
+# vLLM: in every round the streams' p90 gap during the long prefill is higher with the largest budget
+print(lowest["vLLM: p90 gap, largest / smallest budget"] > 1)
+# vLLM: in every round the long prompt's TTFT is longer with the smallest budget
+print(lowest["vLLM: long TTFT, smallest / largest budget"] > 1)
+# vLLM: in every round the long-prefill threshold lowers the p90 gap at the largest budget
+print(lowest["vLLM: p90 gap, largest budget / with threshold"] > 1)
+# SGLang without mixed chunk: in every round the streams' longest stall is more than half the long prompt's TTFT
+print(lowest["SGLang plain: longest stall / long TTFT"] > 0.5)
+# SGLang: in every round mixed chunk shortens the streams' longest stall
+print(lowest["SGLang: longest stall, plain / mixed"] > 1)
+# SGLang with mixed chunk: in every round the largest chunk gives a higher p90 gap and a shorter TTFT
+print(lowest["SGLang mixed: p90 gap, largest / smallest chunk"] > 1,
+      lowest["SGLang mixed: long TTFT, smallest / largest chunk"] > 1)
 
 # %% [markdown]
-# The first picture is the measurement itself: every token each stream received, against time
-# since the long prompt was sent, for each server. The dashed line is the long prompt's first
-# token. Where the dots stop, the streams are stalled.
+# The first picture is the measurement itself: every token each stream received in the first
+# round, against time since the long prompt was sent, for each server. The dashed line is the long
+# prompt's first token. Where the dots stop, the streams are stalled.
 
 # %%
 fig, panels = plt.subplots(len(configs), 1, sharex=True, figsize=(8, 1.3 * len(configs) + 0.8))
 for ax, cfg in zip(panels, configs, strict=True):
-    run = runs.chunks[runs.chunks.config == cfg.label]
+    run = runs.chunks[(runs.chunks.config == cfg.label) & (runs.chunks["round"] == 0)]
     sent = run.loc[run.request == LONG, "sent_s"].iloc[0]
     for i, (_, rows) in enumerate(run[run.request != LONG].groupby("request")):
         ax.plot(rows.t_s - sent, [i] * len(rows), "|", color="tab:blue", markersize=8)
-    ax.axvline(measured.loc[cfg.label, "long_ttft_s"], color="tab:orange", linestyle="--")
+    first_round = runs.stats[(runs.stats.config == cfg.label) & (runs.stats["round"] == 0)].iloc[0]
+    ax.axvline(first_round.long_ttft_s, color="tab:orange", linestyle="--")
     ax.set_yticks([])
     ax.set_ylabel(cfg.label, rotation=0, ha="right", va="center", fontsize=8)
     ax.grid(axis="y", visible=False)
@@ -234,7 +270,7 @@ plots.axes("Tokens the streams received around the long prompt (measured)",
 panels[0].set_ylabel(configs[0].label, rotation=0, ha="right", va="center", fontsize=8)
 panels[-1].set_xlabel(plots.label("time since the long prompt was sent (s)"))
 panels[0].set_xlabel("")
-panels[0].set_xlim(-1.0, 1.25 * measured.long_ttft_s.max())
+panels[0].set_xlim(-1.0, 1.25 * runs.stats[runs.stats["round"] == 0].long_ttft_s.max())
 fig.tight_layout()
 plt.show()
 
@@ -311,7 +347,7 @@ curves = pd.concat([
              SchedulerConfig("sglang", mixed_chunk=True)).assign(setting="sglang mixed"),
 ], ignore_index=True)
 predicted = live.predict(configs, scenario, costs)
-comparison = live.errors(runs.stats, predicted)
+comparison = live.errors(measured.reset_index()[["config", *live.METRICS]], predicted)
 results.save("chunked_prefill_sim_curves", curves, prof, scenario=vars(scenario))
 results.save("chunked_prefill_prediction", comparison, prof, scenario=vars(scenario))
 
@@ -367,13 +403,12 @@ print(f"gaps per stream in the window, {sgl_plain_cfg.label}: {sgl_plain.gaps / 
 # candidate).
 
 # %%
-growth = pd.Series({c.label: live.late_vs_early(runs.chunks[runs.chunks.config == c.label],
-                                                 measured.loc[c.label, "long_ttft_s"])
-                    for c in configs if (c.engine == "vllm" or c.mixed_chunk)
-                    and min(c.budget, c.long_prefill_token_threshold or c.budget) == sizes[0]},
-                   name="late gap / early gap")
-results.save("chunked_prefill_gap_growth", growth.rename_axis("config").reset_index(), prof)
-growth.round(2)
+chunked_small = [c for c in configs if (c.engine == "vllm" or c.mixed_chunk)
+                 and min(c.budget, c.long_prefill_token_threshold or c.budget) == sizes[0]]
+growth_table = live.growth_over_rounds(runs, [c.label for c in chunked_small])
+growth = growth_table["late gap / early gap"]  # the median round, per config
+results.save("chunked_prefill_gap_growth", growth_table.reset_index(), prof, rounds=rounds)
+growth_table.round(2)
 
 # %% [markdown]
 #
@@ -498,27 +533,30 @@ print(f"predicted long prompt TTFT: {rule_row.long_ttft_s / at_small.long_ttft_s
 # ## What it means
 
 # %%
-ratio = {"vllm": vllm_large.itl_p90_s / vllm_small.itl_p90_s,
-         "sglang mixed": sgl_mixed_large.itl_p90_s / sgl_mixed.itl_p90_s,
-         "sglang mixed vs plain": sgl_plain.longest_stall_s / sgl_mixed.longest_stall_s}
+def said(name):
+    """A ratio of the round table: its median round and the range of the rounds."""
+    row = round_table.loc[name]
+    return f"{row['median']:.2f} (rounds {row['lowest round']:.2f}-{row['highest round']:.2f})"
+
+
 too_short = int((comparison[comparison.metric.isin(compared)].rel_error < 0).sum())
 mean_err = comparison.assign(abs_err=comparison.rel_error.abs()).groupby("metric").abs_err.mean()
 per_engine = comparison[comparison.metric.isin(compared)].assign(
     engine=lambda f: f.config.str.split().str[0], abs_err=lambda f: f.rel_error.abs()).groupby("engine").abs_err.mean()
-print("Single runs: each figure below comes from one run of the scenario per server.")
+print(f"Each ratio: the median of {rounds} rounds, with the lowest and highest round.")
 print(f"vLLM: raising the budget from {sizes[0]} to {sizes[-1]} tokens multiplied the streams' p90 gap during the "
-      f"long prefill by {ratio['vllm']:.1f} and divided the long prompt's TTFT by "
-      f"{vllm_small.long_ttft_s / vllm_large.long_ttft_s:.1f}.")
+      f"long prefill by {said('vLLM: p90 gap, largest / smallest budget')} and divided the long prompt's TTFT by "
+      f"{said('vLLM: long TTFT, smallest / largest budget')}.")
 print(f"vLLM: a long-prefill threshold of {sizes[0]} at budget {sizes[-1]} gave a p90 gap "
-      f"{vllm_threshold.itl_p90_s / vllm_small.itl_p90_s:.2f} times that of budget {sizes[0]}.")
+      f"{said('vLLM: p90 gap, with threshold / smallest budget')} times that of budget {sizes[0]}.")
 print("SGLang without mixed chunk: the streams' longest stall was "
-      f"{sgl_plain.longest_stall_s / sgl_plain.long_ttft_s:.2f} "
+      f"{said('SGLang plain: longest stall / long TTFT')} "
       f"of the long prompt's TTFT, although chunks were {sizes[0]} tokens; with mixed chunk it was "
-      f"{ratio['sglang mixed vs plain']:.1f} times shorter, and the long prompt's TTFT "
-      f"{sgl_mixed.long_ttft_s / sgl_plain.long_ttft_s:.2f} times as long (the decodes take rows off every chunk).")
+      f"{said('SGLang: longest stall, plain / mixed')} times shorter, and the long prompt's TTFT "
+      f"{said('SGLang: long TTFT, mixed / plain')} times as long (the decodes take rows off every chunk).")
 print(f"SGLang with mixed chunk: raising the chunk size from {sizes[0]} to {sizes[-1]} multiplied the p90 gap by "
-      f"{ratio['sglang mixed']:.1f} and divided the long prompt's TTFT by "
-      f"{sgl_mixed.long_ttft_s / sgl_mixed_large.long_ttft_s:.1f}.")
+      f"{said('SGLang mixed: p90 gap, largest / smallest chunk')} and divided the long prompt's TTFT by "
+      f"{said('SGLang mixed: long TTFT, smallest / largest chunk')}.")
 print(f"The simulator predicted {too_short} of {len(configs) * len(compared)} of these times too short.")
 print("Simulator, mean |error| over the servers: " + ", ".join(f"{m} {100 * mean_err[m]:.0f}%" for m in compared)
       + "; per engine over those metrics: " + ", ".join(f"{e} {100 * v:.0f}%" for e, v in per_engine.items()))
@@ -540,9 +578,9 @@ print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vll
 # but under-predicts its level. For SGLang with mixed chunk part of that is the chunks getting more
 # expensive as the prompt grows (its late/early gap ratio), which a linear cost model would need a
 # term for, calibrated with prompts long enough to be chunked; for vLLM the late/early ratio stays
-# close to one, so that is not the cause there, and the cause is left open. These are single runs
-# on a shared two-core machine: the ratios are what one run gave, not averages. A smaller budget is
-# not free either: it buys shorter gaps for the streams and costs the long prompt the fixed cost of
+# close to one, so that is not the cause there, and the cause is left open. Every ratio is the
+# median of the rounds, printed with their range; the checks above hold in every round. A smaller
+# budget is not free either: it buys shorter gaps for the streams and costs the long prompt the fixed cost of
 # every step it adds.
 #
 # ## Exercises
@@ -570,8 +608,8 @@ print(f"Answer: a threshold of {sizes[0] - streams} tokens (the smallest budget 
       "tokens; the budget stays large for everything else. What is left of the difference comes from the threshold "
       f"also cutting the streams' own {stream_prompt_tokens}-token prompts before the window, which shifts when the "
       f"long prompt arrives and the contexts the decodes read. On the engine, a threshold of {sizes[0]} at budget "
-      f"{sizes[-1]} gave {vllm_threshold.itl_p90_s / vllm_small.itl_p90_s:.2f} x the p90 gap of budget {sizes[0]} "
-      "(one run).")
+      f"{sizes[-1]} gave {said('vLLM: p90 gap, with threshold / smallest budget')} x the p90 gap of budget "
+      f"{sizes[0]}.")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2

@@ -283,6 +283,15 @@ def test_late_vs_early_compares_the_streams_gaps_at_the_two_ends_of_the_window()
     early = np.median(np.diff(stream)[(t[1:] > 0) & (t[1:] <= ttft / 4)])
     late = np.median(np.diff(stream)[(t[1:] > 3 * ttft / 4) & (t[1:] <= ttft)])
     assert ratio == pytest.approx(late / early, rel=0.05) and ratio > 1.5
+    steady = _run({"stream 0": list(np.cumsum(np.full(30, 0.1))), LONG: [3.0]}, {"stream 0": 0.0, LONG: 1.0},
+                  {"stream 0": 8, LONG: 100})
+    rounds = live.LiveRuns(pd.DataFrame({"config": ["c", "c"], "round": [0, 1], "long_ttft_s": [ttft, ttft]}),
+                           pd.concat([chunks.assign(config="c", round=0), steady.chunks.merge(
+                               steady.requests[["request", "sent_s"]], on="request").assign(config="c", round=1)]),
+                           pd.DataFrame())
+    growth = live.growth_over_rounds(rounds, ["c"]).loc["c"]
+    assert growth["lowest round"] == pytest.approx(1.0) and growth["highest round"] == pytest.approx(ratio)
+    assert growth["late gap / early gap"] == pytest.approx((1.0 + ratio) / 2)
     stalled = _run({"stream 0": [0.5, 3.1], LONG: [3.0]}, {"stream 0": 0.0, LONG: 1.0}, {"stream 0": 8, LONG: 100})
     with pytest.raises(ValueError, match="stalled"):
         live.late_vs_early(stalled.chunks.merge(stalled.requests[["request", "sent_s"]], on="request"), ttft)
@@ -297,23 +306,48 @@ def test_server_info_reads_vllms_budget_from_its_log(tmp_path):
     assert live.server_info(SimpleNamespace(engine="vllm", log_path=log)) == {"max_num_batched_tokens": None}
 
 
-def test_measure_one_runs_calibration_and_scenario_on_one_server_and_collect_joins_servers(fake_server, tmp_path):
+class _Running:
+    """A stand-in server of an engine, on the fake completions endpoint, that records its starts."""
+
+    def __init__(self, endpoint, engine, log_path, started):
+        self.api_url, self.served_model = endpoint.api_url, endpoint.served_model
+        self.engine, self.log_path, self.running, self.started = engine, log_path, False, started
+
+    def start(self):
+        self.running = True
+        self.started.append(self)
+        return self
+
+    def stop(self):
+        self.running = False
+
+
+def test_measure_rounds_calibrates_warms_up_and_runs_every_config_once_per_round(fake_server, tmp_path):
     log = tmp_path / "vllm.log"
     log.write_text("Chunked prefill is enabled with max_num_batched_tokens=32.\n")
-    server = SimpleNamespace(**vars(fake_server), engine="vllm", log_path=log)
     sc = Scenario(streams=2, stream_prompt_tokens=8, stream_output_tokens=6, long_prompt_tokens=40, warmup_tokens=2)
     calibration = {"prompt_lengths": [40], "batch_sizes": [2], "contexts": [8], "decode_tokens": 4, "repeats": 1}
-    first = live.measure_one(server, live.LiveConfig("vllm", 32, calibrate=True), sc, calibration=calibration)
-    second = live.measure_one(server, live.LiveConfig("vllm", 64), sc)
-    assert first.stats.loc[0, "reported max_num_batched_tokens"] == 32
-    assert set(first.calibration.source) == {"prefill", "decode"} and second.calibration.empty
-    assert set(first.chunks.request) == {"stream 0", "stream 1", LONG} and "sent_s" in first.chunks
-    both = live.collect([first, second])
-    assert both.stats.config.tolist() == ["vllm budget 32", "vllm budget 64"]
-    assert set(both.chunks.config) == set(both.stats.config) and len(both.calibration) == len(first.calibration)
-    with pytest.raises(ValueError, match="measured twice"):
-        live.collect([first, first])
+    configs = [live.LiveConfig("vllm", 32, calibrate=True), live.LiveConfig("vllm", 64)]
+    started = []
+    servers = {c.label: _Running(fake_server, "vllm", log, started) for c in configs}
+    runs = live.measure_rounds(configs, servers, sc, rounds=2, together=True, calibration=calibration)
+    assert runs.stats[["round", "config"]].values.tolist() == [[0, "vllm budget 32"], [0, "vllm budget 64"],
+                                                                [1, "vllm budget 64"], [1, "vllm budget 32"]]
+    assert runs.stats["reported max_num_batched_tokens"].eq(32).all() and len(started) == 2
+    assert set(runs.calibration.source) == {"prefill", "decode"} and set(runs.calibration.config) == {"vllm budget 32"}
+    assert set(runs.chunks.request) == {"stream 0", "stream 1", LONG} and {"sent_s", "round"} <= set(runs.chunks)
+    middle = live.medians(runs.stats)
+    assert middle.config.tolist() == ["vllm budget 32", "vllm budget 64"] and middle.rounds.tolist() == [2, 2]
+    ratio = live.round_ratios(runs.stats, "vllm budget 64", "vllm budget 32", "long_ttft_s")
+    assert ratio.index.tolist() == [0, 1] and (ratio > 0).all()
+    with pytest.raises(ValueError, match="no rounds of vllm budget 99"):
+        live.round_ratios(runs.stats, "vllm budget 99", "vllm budget 32", "long_ttft_s")
+    with pytest.raises(ValueError, match="measured twice in one round"):
+        live.collect([live.LiveRuns(runs.stats.iloc[:1], runs.chunks, runs.calibration)] * 2)
+    with pytest.raises(ValueError, match="each have a server"):
+        live.measure_rounds(configs, {}, sc, rounds=1, together=True)
+    server = _Running(fake_server, "vllm", log, [])
     with pytest.raises(ValueError, match="is for sglang"):
-        live.measure_one(server, live.LiveConfig("sglang", 32), sc)
+        live.measure_round(server, live.LiveConfig("sglang", 32), sc, round=0)
     with pytest.raises(ValueError, match="asks for calibration"):
-        live.measure_one(server, live.LiveConfig("vllm", 32, calibrate=True), sc)
+        live.prepare(server, live.LiveConfig("vllm", 32, calibrate=True), sc)

@@ -1,8 +1,11 @@
 """Chapter 04 on both engines: one server per scheduler setting, the scenario on each, the simulator beside it.
 
-A ``LiveConfig`` is one server: an engine and its step budget flags. ``measure_configs`` starts each in
-turn, runs the scenario once (``chunked_prefill.scenario_specs``), calibrates the step costs on the
-servers marked ``calibrate``, and keeps every streamed chunk. ``predict`` runs the simulator on the same
+A ``LiveConfig`` is one server: an engine and its step budget flags. ``measure_rounds`` starts the
+servers of one engine side by side where they fit (else one at a time), calibrates the step costs on the
+servers marked ``calibrate``, gives each an untimed run of the scenario, and then runs the scenario
+(``chunked_prefill.scenario_specs``) in rounds, the servers taking turns and a fresh seed per round, so no
+round is served from the prefix cache of another; it keeps every streamed chunk. ``medians`` gives each
+config's median round, ``round_ratios`` one ratio of two configs per round. ``predict`` runs the simulator on the same
 scenario with each engine's fitted cost model; ``errors`` sets prediction against measurement.
 ``engine_defaults`` reads the defaults of both engines from their own code (engine-side scripts).
 """
@@ -21,7 +24,6 @@ import pandas as pd
 
 from servelab.engines import flags
 from servelab.engines.engine_side import script
-from servelab.engines.server import running
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
 from servelab.measure.chunked_prefill import (
@@ -32,6 +34,7 @@ from servelab.measure.chunked_prefill import (
     token_times,
     window_stats,
 )
+from servelab.measure.lineup import in_rounds
 from servelab.sim.chunked_prefill import LONG, CostModel, Scenario, SchedulerConfig, run_scenario
 from servelab.sim.chunked_prefill import window_stats as sim_window_stats
 
@@ -108,7 +111,7 @@ def server_info(server: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LiveRuns:
-    """``stats``: one row per config (label, engine, budget, ..., ``METRICS``, reported settings).
+    """``stats``: one row per config and round (label, round, engine, budget, ..., ``METRICS``, reported settings).
     ``chunks``: every streamed chunk with its config's label. ``calibration``: cost samples per engine."""
 
     stats: pd.DataFrame
@@ -116,13 +119,16 @@ class LiveRuns:
     calibration: pd.DataFrame
 
 
-def measure_one(server: Any, cfg: LiveConfig, scenario: Scenario, *, calibration: Mapping[str, Any] | None = None,
-                seed: int = 0) -> LiveRuns:
-    """On a running server started with ``cfg.options()``: the calibration (when ``cfg.calibrate``), then
-    the scenario once. One row of ``stats``; ``collect`` joins the results of several servers."""
+WARM_UP_SEED = 900  # the untimed run's scenario seed, past any round's (seed + 1 + round)
+
+
+def prepare(server: Any, cfg: LiveConfig, scenario: Scenario, *, calibration: Mapping[str, Any] | None = None,
+            seed: int = 0) -> pd.DataFrame:
+    """On a server just started with ``cfg.options()``: the calibration (when ``cfg.calibrate``; its samples,
+    else an empty table), then one untimed run of the scenario with a seed no round uses, so the first round
+    does not pay the server's one-off costs."""
     if server.engine != cfg.engine:
         raise ValueError(f"config {cfg.label!r} is for {cfg.engine}, the server runs {server.engine}")
-    reported = server_info(server)
     samples = pd.DataFrame()
     if cfg.calibrate:
         if not calibration:
@@ -130,36 +136,79 @@ def measure_one(server: Any, cfg: LiveConfig, scenario: Scenario, *, calibration
                              "batch_sizes=..., contexts=..., ...)")
         samples = calibrate(server, budget=cfg.budget, seed=seed, progress=False, **calibration).assign(
             engine=cfg.engine, config=cfg.label)
-    run = stream_tokens(server, scenario_specs(scenario, seed))
-    stats = pd.DataFrame([{"config": cfg.label, "engine": cfg.engine, "budget": cfg.budget,
+    stream_tokens(server, scenario_specs(scenario, WARM_UP_SEED + seed))
+    return samples
+
+
+def measure_round(server: Any, cfg: LiveConfig, scenario: Scenario, *, round: int, seed: int = 0) -> LiveRuns:
+    """The scenario once on a running server, with round ``round``'s seed (``seed + 1 + round``): one row of
+    ``stats`` and the streamed chunks, both with the round."""
+    if server.engine != cfg.engine:
+        raise ValueError(f"config {cfg.label!r} is for {cfg.engine}, the server runs {server.engine}")
+    run = stream_tokens(server, scenario_specs(scenario, seed + 1 + round))
+    stats = pd.DataFrame([{"config": cfg.label, "round": round, "engine": cfg.engine, "budget": cfg.budget,
                            "mixed_chunk": cfg.mixed_chunk, "threshold": cfg.long_prefill_token_threshold,
-                           **window_stats(run), **{f"reported {k}": v for k, v in reported.items()}}])
-    chunks = run.chunks.merge(run.requests[["request", "sent_s"]], on="request").assign(config=cfg.label)
-    return LiveRuns(stats, chunks, samples)
+                           **window_stats(run), **{f"reported {k}": v for k, v in server_info(server).items()}}])
+    chunks = run.chunks.merge(run.requests[["request", "sent_s"]], on="request").assign(config=cfg.label, round=round)
+    return LiveRuns(stats, chunks, pd.DataFrame())
 
 
 def collect(parts: Sequence[LiveRuns]) -> LiveRuns:
-    """Several servers' results as one (configs must be distinct)."""
+    """Several rounds' and servers' results as one (each config once per round)."""
     if not parts:
         raise ValueError("nothing to collect: measure at least one server")
     stats = pd.concat([p.stats for p in parts], ignore_index=True)
-    if stats.config.duplicated().any():
-        raise ValueError(f"configs measured twice: {sorted(set(stats.config[stats.config.duplicated()]))}")
+    twice = stats.duplicated(["config", "round"])
+    if twice.any():
+        raise ValueError(f"configs measured twice in one round: {sorted(set(stats.config[twice]))}")
     return LiveRuns(stats, pd.concat([p.chunks for p in parts], ignore_index=True),
                     pd.concat([p.calibration for p in parts], ignore_index=True))
 
 
-def measure_configs(configs: Sequence[LiveConfig], profile: Profile, scenario: Scenario, *,
-                    calibration: Mapping[str, Any], seed: int = 0) -> LiveRuns:
-    """Start one server per config, ``measure_one`` on it, stop it; ``collect`` the results."""
+def measure_rounds(configs: Sequence[LiveConfig], servers: Mapping[str, Any], scenario: Scenario, *, rounds: int,
+                   together: bool, calibration: Mapping[str, Any] | None = None, seed: int = 0) -> LiveRuns:
+    """Every config's server (``servers``: by label, not yet started), engine by engine, in ``rounds`` rounds
+    (``servelab.measure.lineup.in_rounds``): side by side (``together``) the servers of one engine take turns
+    within each round; else each server's rounds run back to back. Each server is ``prepare``d first."""
     labels = [c.label for c in configs]
-    if not configs or len(set(labels)) != len(labels):
-        raise ValueError(f"configs must be distinct and non-empty, got {labels}")
-    parts = []
-    for cfg in configs:
-        with running(cfg.engine, profile, **cfg.options()) as server:
-            parts.append(measure_one(server, cfg, scenario, calibration=calibration, seed=seed))
-    return collect(parts)
+    if not configs or len(set(labels)) != len(labels) or set(labels) - set(servers):
+        raise ValueError(f"configs must be distinct, non-empty and each have a server; got {labels} "
+                         f"for servers {sorted(servers)}")
+    by_label = {c.label: c for c in configs}
+    parts, samples = [], []
+    for engine in dict.fromkeys(c.engine for c in configs):
+        group = {c.label: servers[c.label] for c in configs if c.engine == engine}
+        done = in_rounds(group, rounds, together=together,
+                         prepare=lambda label, server: samples.append(
+                             prepare(server, by_label[label], scenario, calibration=calibration, seed=seed)),
+                         measure=lambda label, server, r: measure_round(server, by_label[label], scenario, round=r,
+                                                                        seed=seed))
+        parts += [runs for _, _, runs in done]
+    runs = collect(parts)
+    return LiveRuns(runs.stats, runs.chunks, pd.concat(samples, ignore_index=True))
+
+
+def medians(stats: pd.DataFrame) -> pd.DataFrame:
+    """One row per config, in the order measured: its settings, the number of rounds and each metric's median
+    round (the gaps counted in the window too)."""
+    settings = [c for c in stats if c not in (*METRICS, "gaps", "round")]
+    middle = stats.groupby("config", sort=False)[[*METRICS, "gaps"]].median()
+    count = stats.groupby("config", sort=False)["round"].nunique().rename("rounds")
+    first = stats.drop_duplicates("config").set_index("config")[[c for c in settings if c != "config"]]
+    return first.join(count).join(middle).reset_index()
+
+
+def round_ratios(stats: pd.DataFrame, numerator: str, denominator: str, metric: str,
+                 denominator_metric: str | None = None) -> pd.Series:
+    """Per round, config ``numerator``'s ``metric`` over config ``denominator``'s (``denominator_metric``, else
+    the same metric): the two ran in the same round, side by side where the servers fit."""
+    missing = {numerator, denominator} - set(stats.config)
+    if missing:
+        raise ValueError(f"no rounds of {', '.join(sorted(missing))}; "
+                         f"measured: {', '.join(dict.fromkeys(stats.config))}")
+    below = denominator_metric or metric
+    wide = stats.pivot(index="round", columns="config", values=list(dict.fromkeys([metric, below])))
+    return (wide[(metric, numerator)] / wide[(below, denominator)]).rename(f"{numerator} / {denominator}")
 
 
 def predict(configs: Sequence[LiveConfig], scenario: Scenario, costs: Mapping[str, CostModel]) -> pd.DataFrame:
@@ -230,3 +279,16 @@ def late_vs_early(chunks: pd.DataFrame, ttft_s: float, long: str = LONG) -> floa
         raise ValueError("no stream gap ends in the first or in the last quarter of the window: the streams stalled "
                          "through it, so there is no growth to measure")
     return float(np.median(late) / np.median(early))
+
+
+def growth_over_rounds(runs: LiveRuns, labels: Sequence[str]) -> pd.DataFrame:
+    """``late_vs_early`` for each config of ``labels`` in each round: the median round with the lowest and
+    highest, one row per config."""
+    rows = {}
+    for label in labels:
+        per_round = [late_vs_early(runs.chunks[(runs.chunks.config == label) & (runs.chunks["round"] == r)],
+                                   float(stat.long_ttft_s))
+                     for r, stat in runs.stats[runs.stats.config == label].set_index("round").iterrows()]
+        rows[label] = {"late gap / early gap": float(np.median(per_round)), "lowest round": min(per_round),
+                       "highest round": max(per_round)}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("config")
