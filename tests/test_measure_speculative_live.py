@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -250,6 +252,95 @@ def test_gpu_runs_only_where_there_is_a_gpu():
         setups.draft_source(profiles.load("gpu-24g"), 2)
 
 
+def test_the_warm_up_sends_a_rounds_requests_once_untimed(monkeypatch):
+    sent = []
+    monkeypatch.setattr(live, "chat_response", lambda server, prompt, max_tokens: sent.append(("task", prompt,
+                                                                                                 max_tokens)))
+    monkeypatch.setattr(live, "run_load", lambda server, prompts, **kw: sent.append(
+        ("wave", list(prompts), kw["concurrency"], kw["max_tokens"], kw["extra_body"])))
+    live.warm_up("server", {"a": "A?", "b": "B?"}, 48, ["S?"], 2, 26)
+    assert sent == [("task", "A?", 48), ("task", "B?", 48), ("wave", ["S?", "S?"], 2, 26, {"min_tokens": 26})]
+    with pytest.raises(ValueError, match="concurrency"):
+        live.warm_up("server", {}, 48, ["S?"], 0, 26)
+
+
+class _StandInLaunch:
+    """A declared server stand-in: `server(profile)` is a context manager that notes its start and stop."""
+
+    def __init__(self, name, log):
+        self.name, self.engine, self.log = name, "vllm", log
+
+    def server(self, profile):
+        launch, log = self, self.log
+
+        class _Running:
+            def __enter__(self):
+                log.append(("start", launch.name))
+                return launch.name
+
+            def __exit__(self, *exc):
+                log.append(("stop", launch.name))
+
+        return _Running()
+
+
+def _stand_in_rounds(monkeypatch, rates):
+    """live's measurements faked: each server's rates in turn, round by round (tasks: [rate per task]; sweep:
+    {b: rate}); the speculative server's counters say 3 tokens per verification."""
+    log = []
+    given = {(name, kind): iter([r[kind] for r in by_round]) for name, by_round in rates.items()
+             for kind in ("tasks", "sweep")}
+    monkeypatch.setattr(live, "warm_up", lambda server, *a: log.append(("warm up", server)))
+
+    def answer_tasks(server, tasks, max_tokens):
+        log.append(("tasks", server))
+        per_task = next(given[server, "tasks"])
+        table = pd.DataFrame({"task": list(tasks)[:len(per_task)], "decode tokens/s": per_task,
+                              "tokens per verification": 3.0 if server != "plain" else np.nan})
+        return SimpleNamespace(table=table, answers=[SimpleNamespace(token_ids=[1, 2])] * len(per_task))
+
+    def sweep(server, prompts, concurrency, max_tokens):
+        log.append(("sweep", server))
+        per_b = next(given[server, "sweep"])
+        return pd.DataFrame({"concurrency": list(concurrency), "decode tokens/s per request":
+                             [per_b[b] for b in concurrency], "tokens per verification": 3.0})
+
+    monkeypatch.setattr(live, "answer_tasks", answer_tasks)
+    monkeypatch.setattr(live, "sweep", sweep)
+    return log
+
+
+def test_a_gpu_run_warms_each_server_up_and_measures_it_in_rounds(monkeypatch):
+    plain = [{"tasks": [10.0, 10.0], "sweep": {1: 10.0, 4: 8.0}}] * 3
+    spec = [{"tasks": [15.0, 15.0], "sweep": {1: 15.0, 4: 7.0}},  # 1.5x, 0.875x
+            {"tasks": [12.0, 14.0], "sweep": {1: 11.0, 4: 9.0}},  # 1.3x, 1.125x
+            {"tasks": [20.0, 16.0], "sweep": {1: 16.0, 4: 6.0}}]  # 1.8x, 0.75x
+    log = _stand_in_rounds(monkeypatch, {"plain": plain, "spec": spec})
+    frame = gpu.measure_run(_StandInLaunch("plain", log), _StandInLaunch("spec", log), profiles.load("gpu-80g"),
+                            48, [1, 4], 26, rounds=3)
+    per_server = [("start", "plain"), ("warm up", "plain"), *[("tasks", "plain"), ("sweep", "plain")] * 3,
+                  ("stop", "plain")]
+    assert log == per_server + [(what, "spec" if who == "plain" else who) for what, who in per_server]
+    assert list(frame.columns) == gpu.GPU_COLUMNS and (frame.rounds == 3).all() and frame.run.eq("spec").all()
+    tasks = frame[frame.workload == "tasks"].iloc[0]
+    assert [tasks.speedup, tasks["speedup lowest"], tasks["speedup highest"]] == pytest.approx([1.5, 1.3, 1.8])
+    assert tasks["against 1"] == "faster" and tasks["same tokens"] and tasks["tokens per verification"] == 3.0
+    waves = frame[frame.workload == "waves"].set_index("concurrency")
+    assert waves.loc[4, ["speedup", "speedup lowest", "speedup highest"]].tolist() == pytest.approx(
+        [0.875, 0.75, 1.125])
+    assert waves.loc[4, "against 1"] == "not resolved with 3 rounds" and waves.loc[1, "against 1"] == "faster"
+
+
+def test_a_gpu_run_of_one_round_is_its_own_lowest_and_highest(monkeypatch):
+    log = _stand_in_rounds(monkeypatch, {"plain": [{"tasks": [10.0], "sweep": {1: 10.0}}],
+                                         "spec": [{"tasks": [5.0], "sweep": {1: 20.0}}]})
+    frame = gpu.measure_run(_StandInLaunch("plain", log), _StandInLaunch("spec", log), profiles.load("gpu-80g"),
+                            48, [1], 26)
+    assert frame["speedup"].tolist() == pytest.approx([0.5, 2.0]) and frame["against 1"].tolist() == ["slower",
+                                                                                                     "faster"]
+    assert log.count(("warm up", "spec")) == 1 and log.count(("tasks", "spec")) == 1
+
+
 # ---------------------------------------------------------------------------------------------- engine venvs
 
 
@@ -367,7 +458,7 @@ def test_engine_timed_measurements_on_an_ngram_server(ngram_server):
     assert (costs.prefix_tokens == 2 * block).all() and (costs.seconds > 0).all()
 
     tasks = {name: setups.TASKS[name] for name in ("extract quotes", setups.CONTROL)}
-    live.warm_up(ngram_server)
+    live.warm_up(ngram_server, tasks, 8, [setups.TASKS["edit code"]], 1, 8)
     got = live.answer_tasks(ngram_server, tasks, 24, repeats=2)
     assert list(got.table.task) == list(tasks) and (got.table.tokens > 1).all() and (got.table.repeats == 2).all()
     assert (got.table["decode tokens/s"] > 0).all() and (got.table["slowest / fastest repeat"] >= 1).all()

@@ -37,7 +37,14 @@ def test_batch_costs_price_a_verification_and_the_drafts_passes_at_b():
 
 def test_rounds_interleave_where_servers_run_side_by_side():
     assert load.schedule(["plain", "n-gram"], 2, interleave=True) == [
-        (0, "plain"), (0, "n-gram"), (1, "plain"), (1, "n-gram")]
+        (0, "plain"), (0, "n-gram"), (1, "n-gram"), (1, "plain")]
+    # round r starts at server r mod n: no method always follows plain, and every server runs once per round
+    order = load.schedule(["plain", "a", "b"], 4, interleave=True)
+    assert [n for r, n in order if r == 1] == ["a", "b", "plain"] and [n for r, n in order if r == 3][0] == "plain"
+    assert all(sorted(n for r, n in order if r == i) == ["a", "b", "plain"] for i in range(4))
+    assert [n for r, n in order if r == 2][0] == "b"
+    # in the order they run, plain is not always followed by the same server (round 1 ends with it)
+    assert {order[i + 1][1] for i in range(len(order) - 1) if order[i][1] == "plain"} == {"a", "b"}
     assert load.schedule(["plain", "n-gram"], 2, interleave=False) == [
         (0, "plain"), (1, "plain"), (0, "n-gram"), (1, "n-gram")]
     with pytest.raises(ValueError, match="rounds"):
@@ -66,10 +73,20 @@ def test_speedups_pair_each_round_with_the_baselines_same_round():
 
 
 def test_a_verdict_holds_only_across_the_spread():
-    assert load.spread_verdict(1.05, 1.3) == "faster" and load.spread_verdict(0.7, 0.95) == "slower"
-    assert load.spread_verdict(0.9, 1.1) == load.NOT_RESOLVED and load.spread_verdict(1.0, 1.2) == load.NOT_RESOLVED
+    assert load.spread_verdict(1.05, 1.3, 3) == "faster" and load.spread_verdict(0.7, 0.95, 3) == "slower"
+    assert load.spread_verdict(0.9, 1.1, 3) == "not resolved with 3 rounds" == load.not_resolved(3)
+    assert load.spread_verdict(1.0, 1.2, 5) == "not resolved with 5 rounds"
+    assert load.not_resolved(1) == "not resolved with 1 round"
     with pytest.raises(ValueError, match="above highest"):
-        load.spread_verdict(1.2, 1.1)
+        load.spread_verdict(1.2, 1.1, 3)
+    with pytest.raises(ValueError, match="rounds"):
+        load.not_resolved(0)
+
+
+def test_one_side_of_one():
+    assert load.one_side([0.9, 0.8]) == "below" and load.one_side(pd.Series([1.2, 1.01])) == "above"
+    assert load.one_side([0.9, 1.1]) == "both sides" and load.one_side([1.0, 1.2]) == "both sides"
+    assert load.one_side([]) == "both sides"  # no values: no side
 
 
 def test_first_slowdown_beyond_the_noise():
@@ -89,13 +106,16 @@ def test_first_slowdown_beyond_the_noise():
         load.first_slowdown({1: 0.9}, margin=-0.1)
 
 
-def test_the_trend_test_is_two_sided_with_dead_zones():
+def test_the_trend_test_is_two_sided_and_leaves_no_prediction_untested():
     assert [load.trend_test(r) for r in (0.5, 0.85, 0.95, 1.05, 1.15, 1.3)] == [
-        "falls", "none", "flat", "flat", "none", "rises"]
+        "falls", "leans down", "flat", "flat", "leans up", "rises"]
     assert load.trend_holds("falls", 0.6) and not load.trend_holds("falls", 0.95)
     assert load.trend_holds("flat", 0.85) and not load.trend_holds("flat", 0.7)  # a flat prediction can fail
     assert load.trend_holds("rises", 1.3) and not load.trend_holds("rises", 1.0)
-    assert load.trend_holds("none", 0.1) is None
+    # a weak prediction tests only that the measurement does not move clearly the other way
+    assert load.trend_holds("leans down", 1.05) and load.trend_holds("leans down", 0.5)
+    assert not load.trend_holds("leans down", 1.15) and not load.trend_holds("leans up", 0.85)
+    assert set(load.DECISIVE) == {"falls", "flat", "rises"}
     with pytest.raises(ValueError, match="unknown trend test 'up'"):
         load.trend_holds("up", 1.0)
     with pytest.raises(ValueError, match="positive ratio"):

@@ -17,9 +17,11 @@ from typing import Any
 import pandas as pd
 
 from servelab.engines import launch
+from servelab.integers import int_at_least
 from servelab.machine import hub, models, profiles
 from servelab.machine.profiles import Profile
 from servelab.measure import speculative_live as live
+from servelab.measure import speculative_load as load
 from servelab.measure.speculative_setups import EAGLE3_HEADS, LLAMA_8B, QWEN_05B, QWEN_3B, QWEN_7B, REPETITIVE, TASKS
 
 
@@ -96,45 +98,67 @@ def gpu_commands(k: int = 4) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def measure_run(plain: Any, speculative: Any, profile: Profile, task_tokens: int, concurrency: Sequence[int],
-                sweep_tokens: int) -> pd.DataFrame:
-    """One GPU run (two declared servers, servelab.measure.chapter_servers.Launch: the target plain and with
-    speculation), one server at a time: the decode speedup and tokens per verification on the greedy tasks (one
-    request at a time, with whether every answer kept its tokens) and per concurrency on the sweep's waves."""
+def _measure_rounds(launch_: Any, profile: Profile, task_tokens: int, concurrency: Sequence[int], sweep_tokens: int,
+                    rounds: int) -> list[tuple[Any, pd.DataFrame]]:
+    """One declared server, started alone: the chapter's untimed warm-up, then ``rounds`` rounds back to back,
+    each the greedy tasks one request at a time and the sweep's waves (answers, then waves, per round)."""
     prompts = [TASKS[name] for name in REPETITIVE]
-    got = {}
-    for label, launch_ in (("plain", plain), ("speculative", speculative)):
-        with launch_.server(profile) as server:
-            got[label] = (live.answer_tasks(server, TASKS, task_tokens),
-                          live.sweep(server, prompts, concurrency, sweep_tokens))
-    (plain_tasks, plain_sweep), (spec_tasks, spec_sweep) = got["plain"], got["speculative"]
-    rate = "decode tokens/s per request"
-    rows = spec_sweep.assign(speedup=spec_sweep[rate] / plain_sweep[rate].to_numpy())
-    one = {"workload": "tasks", "concurrency": 1, "speedup": (spec_tasks.table["decode tokens/s"]
-                                         / plain_tasks.table["decode tokens/s"].to_numpy()).mean(),
-           "tokens per verification": spec_tasks.table["tokens per verification"].mean(),
-           "same tokens": all(a.token_ids == b.token_ids for a, b in zip(plain_tasks.answers, spec_tasks.answers,
-                                                                          strict=True))}
-    frame = pd.concat([pd.DataFrame([one]),
-                       rows[["concurrency", "speedup", "tokens per verification"]].assign(workload="waves")])
-    return frame.assign(run=speculative.name, engine=speculative.engine)
+    with launch_.server(profile) as server:
+        live.warm_up(server, TASKS, task_tokens, prompts, min(concurrency), sweep_tokens)
+        return [(live.answer_tasks(server, TASKS, task_tokens), live.sweep(server, prompts, concurrency, sweep_tokens))
+                for _ in range(int_at_least("rounds", rounds, 1))]
 
 
-GPU_COLUMNS = ["run", "engine", "workload", "concurrency", "speedup", "tokens per verification", "same tokens"]
+def _over_rounds(rates: pd.DataFrame, by: Sequence[str], value: str, rounds: int) -> pd.DataFrame:
+    """Per ``by``: the speculative server's speedup over plain in each round, as its median, lowest and highest
+    round, and whether every round agrees (``against 1``)."""
+    got = load.over_rounds(load.round_speedups(rates, by, value), by)
+    return got.rename(columns={"lowest": "speedup lowest", "highest": "speedup highest"}).assign(**{
+        "against 1": [load.spread_verdict(lo, hi, rounds) for lo, hi in zip(got.lowest, got.highest, strict=True)]})
+
+
+def measure_run(plain: Any, speculative: Any, profile: Profile, task_tokens: int, concurrency: Sequence[int],
+                sweep_tokens: int, rounds: int = 1) -> pd.DataFrame:
+    """One GPU run (two declared servers, servelab.measure.chapter_servers.Launch: the target plain and with
+    speculation), one server at a time, each warmed up untimed and then measured ``rounds`` times: the decode
+    speedup (median of the rounds, with the lowest and highest round) and tokens per verification on the greedy
+    tasks (one request at a time, the mean over the tasks in each round, with whether every answer kept its tokens)
+    and per concurrency on the sweep's waves. The counters and tokens are the first round's (greedy: every round
+    gives the same)."""
+    got = {label: _measure_rounds(launch_, profile, task_tokens, concurrency, sweep_tokens, rounds)
+           for label, launch_ in (("plain", plain), ("speculative", speculative))}
+    per_task = pd.concat([t.table.assign(method=label, round=r) for label, runs in got.items()
+                          for r, (t, _) in enumerate(runs)], ignore_index=True)
+    per_b = pd.concat([w.assign(method=label, round=r) for label, runs in got.items()
+                       for r, (_, w) in enumerate(runs)], ignore_index=True)
+    task_mean = per_task.groupby(["method", "round"])["decode tokens/s"].mean().reset_index().assign(workload="tasks")
+    (plain_tasks, _), (spec_tasks, spec_waves) = got["plain"][0], got["speculative"][0]
+    one = _over_rounds(task_mean, ["workload"], "decode tokens/s", rounds).assign(
+        concurrency=1, **{"tokens per verification": spec_tasks.table["tokens per verification"].mean(),
+                          "same tokens": all(a.token_ids == b.token_ids for a, b in
+                                             zip(plain_tasks.answers, spec_tasks.answers, strict=True))})
+    waves = _over_rounds(per_b, ["concurrency"], "decode tokens/s per request", rounds).merge(
+        spec_waves[["concurrency", "tokens per verification"]], on="concurrency", validate="one_to_one")
+    frame = pd.concat([one, waves.assign(workload="waves")], ignore_index=True)
+    return frame.assign(run=speculative.name, engine=speculative.engine)[GPU_COLUMNS]
+
+
+GPU_COLUMNS = ["run", "engine", "workload", "concurrency", "speedup", "speedup lowest", "speedup highest", "rounds",
+               "against 1", "tokens per verification", "same tokens"]
 
 
 def measure_gpu_runs(runs: Sequence[Run], servers: Mapping[str, Any], profile: Profile, task_tokens: int,
-                     concurrency: Sequence[int], sweep_tokens: int) -> tuple[pd.DataFrame, list[str]]:
-    """Every GPU run that can run here, with the chapter's declared servers (`servers[run.label]` and
-    `servers[run.label + ": plain"]`); a run whose models are gated and no token is set is skipped, and the
-    second value says which and why, one line each."""
+                     concurrency: Sequence[int], sweep_tokens: int, rounds: int = 1) -> tuple[pd.DataFrame, list[str]]:
+    """Every GPU run that can run here (:func:`measure_run`, ``rounds`` rounds each), with the chapter's declared
+    servers (`servers[run.label]` and `servers[run.label + ": plain"]`); a run whose models are gated and no token
+    is set is skipped, and the second value says which and why, one line each."""
     parts, skipped = [], []
     for run in runs:
         if reason := hub.skip_reason(run_models(run)):
             skipped.append(f"{run.label}: skipped: {reason}")
             continue
         parts.append(measure_run(servers[f"{run.label}: plain"], servers[run.label], profile, task_tokens,
-                                 concurrency, sweep_tokens))
+                                 concurrency, sweep_tokens, rounds))
     return (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=GPU_COLUMNS)), skipped
 
 

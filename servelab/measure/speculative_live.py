@@ -117,9 +117,17 @@ class TaskAnswers:
     counts: SpecDecodeCounts | None  # vLLM's counters over the answers, repeats left out (None without speculation)
 
 
-def warm_up(server: Endpoint, max_tokens: int = 8) -> None:
-    """One short request, untimed: the first request a server answers pays for work done once."""
-    chat_response(server, "Say hello.", max_tokens=max_tokens)
+def warm_up(server: Endpoint, tasks: Mapping[str, str], task_tokens: int, sweep_prompts: Sequence[str],
+            concurrency: int, sweep_tokens: int) -> None:
+    """Untimed and unrecorded: the requests a round times, once, before the first round. Every task is
+    answered as :func:`answer_tasks` asks it, then one wave of :func:`sweep` runs at ``concurrency`` (the
+    sweep's smallest). The first requests a server answers pay for work done once (compiling, allocating,
+    filling the prefix cache), which would otherwise fall on its first timed round alone."""
+    for prompt in tasks.values():
+        chat_response(server, prompt, max_tokens=int_at_least("task_tokens", task_tokens, 1))
+    b = int_at_least("concurrency", concurrency, 1)
+    run_load(server, [sweep_prompts[i % len(sweep_prompts)] for i in range(b)], concurrency=b,
+             max_tokens=sweep_tokens, progress=False, extra_body={"min_tokens": sweep_tokens})
 
 
 def answer_tasks(server: Endpoint, tasks: Mapping[str, str], max_tokens: int, *, repeats: int = 1) -> TaskAnswers:

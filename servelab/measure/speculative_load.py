@@ -1,6 +1,7 @@
 """Chapter 05's concurrency sweep, priced and judged: what a verification costs with b requests in
 flight, how far the measurement lies from that price, which speedups the run resolves (their spread
-over interleaved rounds), and the KV blocks a wave holds.
+over interleaved rounds, and the chance that a method with no effect looks resolved), and the KV blocks a
+wave holds.
 
 The sweep itself (waves of b identical requests, timed by the engine) is
 :func:`servelab.measure.speculative_live.sweep`; everything here is arithmetic on what it and the
@@ -15,7 +16,7 @@ import pandas as pd
 
 from servelab.integers import int_at_least
 
-NOT_RESOLVED = "not resolved at this size"
+NOT_RESOLVED = "not resolved with {rounds}"  # spread_verdict's third answer; {rounds}: "3 rounds"
 
 
 def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float]) -> tuple[float, float]:
@@ -39,12 +40,14 @@ def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float])
 def schedule(names: Sequence[str], rounds: int, interleave: bool) -> list[tuple[int, str]]:
     """(round, server) in the order they are measured. Interleaved, every round measures every server once,
     so whatever else slows the machine for a while falls on all of them alike and a ratio of two servers in
-    one round cancels it; otherwise (one server fits at a time: a GPU) each server runs its rounds back to back."""
+    one round cancels it; round r starts at server r mod n, so no server always follows the same one.
+    Otherwise (one server fits at a time: a GPU) each server runs its rounds back to back."""
     rounds = int_at_least("rounds", rounds, 1)
     if not names or len(set(names)) != len(names):
         raise ValueError(f"schedule needs distinct server names, got {list(names)}")
     if interleave:
-        return [(r, n) for r in range(rounds) for n in names]
+        n = len(names)
+        return [(r, names[(r + i) % n]) for r in range(rounds) for i in range(n)]
     return [(r, n) for n in names for r in range(rounds)]
 
 
@@ -77,12 +80,27 @@ def paired_speedups(rates: pd.DataFrame, by: Sequence[str], value: str, baseline
     return over_rounds(round_speedups(rates, by, value, baseline), by)
 
 
-def spread_verdict(lowest: float, highest: float) -> str:
+def not_resolved(rounds: int) -> str:
+    """:data:`NOT_RESOLVED` for ``rounds`` rounds: "not resolved with 3 rounds"."""
+    rounds = int_at_least("rounds", rounds, 1)
+    return NOT_RESOLVED.format(rounds=f"{rounds} round{'s' if rounds > 1 else ''}")
+
+
+def spread_verdict(lowest: float, highest: float, rounds: int) -> str:
     """"faster" where every round's speedup is above 1, "slower" where every one is below, else
-    :data:`NOT_RESOLVED`: the rounds' spread straddles 1, so this run cannot say which."""
+    :func:`not_resolved`: the ``rounds`` rounds' spread straddles 1, so this run cannot say which."""
     if lowest > highest:
         raise ValueError(f"lowest {lowest} is above highest {highest}")
-    return "faster" if lowest > 1 else "slower" if highest < 1 else NOT_RESOLVED
+    return "faster" if lowest > 1 else "slower" if highest < 1 else not_resolved(rounds)
+
+
+def one_side(values: Sequence[float]) -> str:
+    """"above" where every value is above 1, "below" where every one is below, else "both sides" (also for
+    no values, or a value of exactly 1)."""
+    values = [float(v) for v in values]
+    if values and all(v > 1 for v in values):
+        return "above"
+    return "below" if values and all(v < 1 for v in values) else "both sides"
 
 
 def first_slowdown(speedup: Mapping[int, float], margin: float = 0.0) -> int | None:
@@ -101,26 +119,34 @@ def first_slowdown(speedup: Mapping[int, float], margin: float = 0.0) -> int | N
 
 def trend_test(predicted_change: float) -> str:
     """Which test a method's measured sweep must pass, from its predicted speedup at the largest b over
-    that at the smallest: "falls" (below 0.8), "flat" (within 10% of 1), "rises" (above 1.2), or
-    "none" in the dead zones between, where the prediction is too weak to test anything."""
+    that at the smallest: "falls" (below 0.8), "flat" (within 10% of 1), "rises" (above 1.2); between
+    those zones the prediction is too weak to test a direction, and "leans down" (0.8 to 0.9) or "leans
+    up" (1.1 to 1.2) only asks that the measurement does not move clearly the other way."""
     if not predicted_change > 0:
         raise ValueError(f"predicted_change must be a positive ratio, got {predicted_change}")
     if predicted_change < 0.8:
         return "falls"
     if abs(predicted_change - 1) < 0.1:
         return "flat"
-    return "rises" if predicted_change > 1.2 else "none"
+    if predicted_change > 1.2:
+        return "rises"
+    return "leans down" if predicted_change < 1 else "leans up"
 
 
-def trend_holds(test: str, measured_change: float) -> bool | None:
+DECISIVE = ("falls", "flat", "rises")  # the trend tests that test a direction; the others only its opposite
+
+
+def trend_holds(test: str, measured_change: float) -> bool:
     """Whether the measured change (largest b over smallest) passes :func:`trend_test`'s test: a
     predicted fall by over 20% needs a measured fall by over 10%, a flat prediction a measured
-    change under 20%, a predicted rise by over 20% a measured rise by over 10%. None: no test."""
+    change under 20%, a predicted rise by over 20% a measured rise by over 10%; a prediction that
+    leans down must not be met by a measured rise of over 10%, one that leans up by a fall of over 10%."""
     checks = {"falls": measured_change < 0.9, "flat": abs(measured_change - 1) < 0.2,
-              "rises": measured_change > 1.1, "none": None}
+              "rises": measured_change > 1.1, "leans down": measured_change < 1.1,
+              "leans up": measured_change > 0.9}
     if test not in checks:
         raise ValueError(f"unknown trend test {test!r}; accepted: {', '.join(checks)}")
-    return checks[test]
+    return bool(checks[test])
 
 
 def steps_gap(tokens: float, drafts: float, speedup: float, predicted: float) -> float:
