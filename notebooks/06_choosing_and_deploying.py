@@ -26,12 +26,14 @@
 # only the OpenAI-compatible HTTP API, so it can load an SGLang server exactly as it loads a vLLM
 # server: the same prompts, the same arrival times and the same code computing time to first token
 # (TTFT), inter-token latency (ITL) and end-to-end latency. The engines run one at a time, never
-# side by side, so neither competes with the other for the machine while it is measured.
+# side by side: both servers are up, but they take turns, so neither competes with the other for
+# the machine while it is measured.
 
 # %% tags=["parameters"]
 profile = "auto"
 seed = 0
-engines = ["vllm", "sglang"]   # measured one after the other, in this order
+engines = ["vllm", "sglang"]   # measured in turn, every round starting with the next one
+rounds = 3                     # the whole plan runs this many times per engine, the engines taking turns
 input_tokens = 64              # random prompts: tokens per prompt
 output_tokens = 16             # tokens every request generates (EOS ignored)
 concurrencies = [1, 4, 8]      # random prompts: client-side limits on requests in flight
@@ -100,42 +102,54 @@ pd.set_option("display.max_colwidth", None)
 # the environment servelab sets for them.
 
 # %%
-runs = h2h.plan(prof.max_model_len, input_tokens=input_tokens, concurrencies=concurrencies, waves=waves, rates=rates,
-                rate_prompts=rate_prompts, long_fraction=long_fraction, long_prompts=long_prompts,
-                prefix_fraction=prefix_fraction, suffix_tokens=suffix_tokens, prefixes=prefixes,
-                prefix_prompts=prefix_prompts, conversations=conversations, turns=turns, seed=seed)
+plans = h2h.plans(rounds, seed=seed, max_model_len=prof.max_model_len, input_tokens=input_tokens,
+                  concurrencies=concurrencies, waves=waves, rates=rates, rate_prompts=rate_prompts,
+                  long_fraction=long_fraction, long_prompts=long_prompts, prefix_fraction=prefix_fraction,
+                  suffix_tokens=suffix_tokens, prefixes=prefixes, prefix_prompts=prefix_prompts,
+                  conversations=conversations, turns=turns)
+runs = plans[0]  # the first round's runs; later rounds differ only in their seeds
 pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max concurrency": r.concurrency,
                "request rate": r.rate, "dataset arguments": " ".join(r.dataset), "seed": r.seed} for r in runs])
 
 # %% [markdown]
 # ## Head-to-head
 #
-# One server at a time: start it, send every run through the benchmark client (one process, so
-# vLLM is imported once), stop it. The client runs on the same machine as the server, and on the
-# cpu profile they share its cores, for both engines alike.
+# Both servers start, and then take turns: in each of `rounds` rounds every run goes to one server
+# and then to the other, through the benchmark client (one process per server and round), and the
+# server that goes first changes from round to round. Each round has seeds of its own, so no round
+# is served from the prefix cache an earlier round filled. A slow stretch of the host then lands
+# on both engines, and every ratio below comes with the range of its rounds. On a GPU the two
+# servers do not fit side by side (each asks for most of the card's memory at start), so there
+# each server's rounds run back to back, one server after the other, and the range of the rounds
+# shows how much one server varies, not a drift between the two. The client runs on the same
+# machine as the servers, and on the cpu profile they share its cores, for both engines alike.
 
 # %%
 from servelab.measure.chapter_servers import c06
+from servelab.measure.lineup import side_by_side
 
 servers = c06.servers(prof)  # both engines with one KV budget (`python -m servelab plan` lists them)
 kv_tokens = servers["vLLM"].options["kv_cache_tokens"]
-warm = h2h.warm_up(runs)
-parts, per_request, capacity, launched = [], [], {}, {}
-for engine in engines:
-    with h2h.quiet_running(servers[{"vllm": "vLLM", "sglang": "SGLang"}[engine]], prof) as server:
-        capacity[engine] = engine_capacity(server)
-        launched[engine] = {"argv": server.spec.argv, "env": {**server.spec.env, **server.extra_env}}
-        summary, sent = h2h.measure(server, runs, output_tokens=output_tokens, warm=warm)
-        parts.append(summary)
-        per_request.append(sent)
-table = pd.concat(parts, ignore_index=True)
-requests_sent = pd.concat(per_request, ignore_index=True)
+warm = h2h.warm_up([r for plan in plans for r in plan])
+capacity, launched = {}, {}
+
+
+def started(engine, server):
+    capacity[engine] = engine_capacity(server)
+    launched[engine] = {"argv": server.spec.argv, "env": {**server.spec.env, **server.extra_env}}
+
+
+names = {"vllm": "vLLM", "sglang": "SGLang"}
+table, requests_sent = h2h.measure_rounds({e: servers[names[e]].server(prof) for e in engines}, plans,
+                                          together=side_by_side(prof), output_tokens=output_tokens, warm=warm,
+                                          started=started)
 saved = results.save("head_to_head", table, prof, output_tokens=output_tokens, seed=seed, kv_cache_tokens=kv_tokens,
-                     capacity=capacity, warm_up_seed=warm.seed,
-                     runs=[{"name": r.name, "dataset": list(r.dataset), "seed": r.seed} for r in runs])
+                     capacity=capacity, warm_up_seed=warm.seed, rounds=rounds,
+                     runs=[{"name": r.name, "round": i, "dataset": list(r.dataset), "seed": r.seed}
+                           for i, plan in enumerate(plans) for r in plan])
 results.save("head_to_head_requests", requests_sent, prof)
-table[["engine", "run", "completed", "failed", "cached_tokens", "duration", "p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms",
-       "p90_itl_ms", "output_throughput"]].round(1)
+table[["round", "engine", "run", "completed", "failed", "cached_tokens", "duration", "p50_ttft_ms", "p50_itl_ms",
+       "output_throughput"]].round(1)
 
 # %% [markdown]
 # The servers as they ran: each command line and the environment servelab set for it, and the KV
@@ -152,7 +166,7 @@ pd.DataFrame(capacity).T
 
 # %%
 # NBVAL_CHECK_OUTPUT
-by = table.set_index(["engine", "run"])
+by = table.set_index(["engine", "run", "round"])
 light, heavy = f"random, concurrency {min(concurrencies)}", f"random, concurrency {max(concurrencies)}"
 # both engines built the same KV capacity from the budget, within one block
 print(abs(capacity["vllm"]["usable"] - capacity["sglang"]["usable"]) <= max(c["block_size"] for c in capacity.values()))
@@ -163,24 +177,25 @@ print(bool((table[table.workload.eq("random")].cached_tokens == 0).all()))
 # ... while the same counters saw the shared-prefix run's hits on both engines
 print(bool((table[table.workload.eq("shared_prefix")].cached_tokens > 0).all()))
 # both engines were sent and returned the same numbers of tokens in every run
-tokens = table.pivot(index="run", columns="engine", values=["total_input_tokens", "total_output_tokens"])
+tokens = table.pivot(index=["run", "round"], columns="engine", values=["total_input_tokens", "total_output_tokens"])
 print(bool((tokens.xs("vllm", axis=1, level=1) == tokens.xs("sglang", axis=1, level=1)).all().all()))
-# more requests in flight raise each engine's output throughput
-print(*(by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "output_throughput"] for e in engines))
+# more requests in flight raise each engine's output throughput, in every round
+print(*(bool((by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "output_throughput"]).all())
+        for e in engines))
 
 # %% [markdown]
 # The first figure is the concurrency sweep. Each line is the median, the shaded band runs from
 # the median to the 90th percentile, and the markers are the largest value of the run: with at most
 # a few dozen requests per run, a 99th percentile would only be the largest value interpolated, so
 # the figure shows the largest itself (from the saved per-request times). Throughput is output
-# tokens per second over the whole run. The axes start at zero, so the ratios between the lines can
-# be read off the picture. Each run is a handful of requests measured once: differences of a few
-# percent between the engines are within what a second run could change.
+# tokens per second over the whole run. Every point is the median of the rounds, and the largest
+# value the largest of any round. The axes start at zero, so the ratios between the lines can be
+# read off the picture; how far the rounds spread is in the table of ratios below.
 
 # %%
 colors = {"vllm": "tab:blue", "sglang": "tab:orange"}
-table = table.merge(h2h.maxima(requests_sent), on=["engine", "run"], how="left")
-sweep = table[table.workload.eq("random") & table.concurrency.notna()]
+middle = h2h.medians(table).merge(h2h.maxima(requests_sent), on=["engine", "run"], how="left")
+sweep = middle[middle.workload.eq("random") & middle.concurrency.notna()]
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), constrained_layout=True)
 for engine, rows in sweep.groupby("engine", sort=False):
     rows = rows.sort_values("concurrency")
@@ -208,7 +223,7 @@ plt.show()
 # the rate sent even where the server keeps up. The points show a direction, not a capacity curve.
 
 # %%
-by_rate = table[table.workload.eq("random") & table.concurrency.isna()]
+by_rate = middle[middle.workload.eq("random") & middle.concurrency.isna()]
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), constrained_layout=True)
 for engine, rows in by_rate.groupby("engine", sort=False):
     rows = rows.sort_values("rate")
@@ -228,19 +243,33 @@ axes[2].legend()
 plt.show()
 
 # %% [markdown]
-# The ratios put both engines side by side within this one run: vLLM's value over SGLang's for
-# each run. A latency ratio below 1, or a throughput ratio above 1, favours vLLM. They are what the
-# [claims ledger](../book/claims.md) sets against the articles' benchmark figures (rows
+# The ratios put both engines side by side: vLLM's value over SGLang's, for each run and round. A
+# latency ratio below 1, or a throughput ratio above 1, favours vLLM. The first table gives each
+# run's median round; the second, for three metrics, the lowest and highest round and the engine
+# that every round favoured (blank where the rounds disagree). A difference that is not there
+# would still put all rounds on one side by chance, with the probability printed below. These are
+# what the [claims ledger](../book/claims.md) sets against the articles' benchmark figures (rows
 # `throughput-vs-latency-split`, `cerebrium-ttft-123-vs-340`, `sglang-5000-tokens-per-second`,
-# `vllm-7b-throughput-range`, `vllm-ttft-from-streaming`): one client, one run, both engines.
+# `vllm-7b-throughput-range`, `vllm-ttft-from-streaming`): one client, both engines in one run.
 
 # %%
+from servelab.measure.rounds import chance_of_agreement
+
 ratio = h2h.ratios(table)
-results.save("head_to_head_ratios", ratio.reset_index(), prof)
+results.save("head_to_head_ratios", ratio.reset_index(), prof, rounds=rounds)
 ratio.round(2)
 
 # %%
+rounds_range = pd.concat({metric: h2h.ratio_spread(table, metric, lower_is_better=metric != "output_throughput")
+                          for metric in ("p50_ttft_ms", "p50_itl_ms", "output_throughput")}, names=["metric"])
+results.save("head_to_head_ratio_rounds", rounds_range.reset_index(), prof, rounds=rounds)
+print(f"With {rounds} rounds and no real difference, all rounds favour one engine by chance "
+      f"{chance_of_agreement(rounds):.0%} of the time.")
+rounds_range.round(2)
+
+# %%
 spread = ratio[["p50_ttft_ms", "p50_itl_ms", "output_throughput"]]
+mid = middle.set_index(["engine", "run"])
 print(f"Median TTFT, vLLM/SGLang: from {spread.p50_ttft_ms.min():.2f} ({spread.p50_ttft_ms.idxmin()}) "
       f"to {spread.p50_ttft_ms.max():.2f} ({spread.p50_ttft_ms.idxmax()}).")
 print(f"Median ITL, vLLM/SGLang: from {spread.p50_itl_ms.min():.2f} to {spread.p50_itl_ms.max():.2f}.")
@@ -248,8 +277,8 @@ print(f"Output throughput, vLLM/SGLang: from {spread.output_throughput.min():.2f
       f"({spread.output_throughput.idxmin()}) to {spread.output_throughput.max():.2f} "
       f"({spread.output_throughput.idxmax()}).")
 for engine in engines:
-    gain = by.loc[(engine, heavy), "output_throughput"] / by.loc[(engine, light), "output_throughput"]
-    wait = by.loc[(engine, heavy), "p50_ttft_ms"] / by.loc[(engine, light), "p50_ttft_ms"]
+    gain = mid.loc[(engine, heavy), "output_throughput"] / mid.loc[(engine, light), "output_throughput"]
+    wait = mid.loc[(engine, heavy), "p50_ttft_ms"] / mid.loc[(engine, light), "p50_ttft_ms"]
     print(f"{engine}: from {min(concurrencies)} to {max(concurrencies)} requests in flight, throughput x{gain:.1f}, "
           f"median TTFT x{wait:.1f}.")
 print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV block: vLLM "
@@ -444,9 +473,9 @@ for _, row in selection.iterrows():
 # 2. Write SGLang's two-node recipe with tensor parallelism over all eight GPUs (`--tp-size 8`, no
 #    pipeline) instead of four-way tensor parallelism in two pipeline stages, check it with SGLang's
 #    own parser, and compare what each GPU holds in the two layouts with `recipes.refit`.
-# 3. Does either engine win every run? Count, per metric, the runs where the ratio favours vLLM,
-#    say for which metrics one engine wins every run, and name the run whose throughput ratio is
-#    farthest from even.
+# 3. Does either engine win every run? Count, per metric, the runs where the median round favours
+#    vLLM, say for which metrics one engine wins every run, and name the run whose throughput ratio
+#    is farthest from even. Then count the runs where every round favours the same engine.
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1
@@ -494,3 +523,6 @@ winner = {m: "vLLM" if col.all() else "SGLang" if (~col).all() else "neither" fo
 print(f"Answer: vLLM is ahead in {favours.sum().to_dict()} of {len(ratio)} runs per metric; the engine that "
       f"wins every run, per metric: {winner}; the throughput ratio farthest from even is "
       f"{ratio.output_throughput[far]:.2f}, in '{far}'.")
+agreed = (rounds_range["favoured in every round"] != "").groupby(level="metric").sum()
+print(f"Every round favoured the same engine in {agreed.to_dict()} of {len(ratio)} runs per metric "
+      f"({rounds} rounds each; by chance alone {chance_of_agreement(rounds):.0%} of runs with no real difference).")

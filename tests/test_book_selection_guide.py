@@ -3,6 +3,8 @@ engine timings on the cpu profile and ledger-only rows, which lean to no engine.
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -65,25 +67,49 @@ def test_on_cpu_engine_timings_lean_to_no_engine_but_hit_rates_do(tmp_path):
     assert table.loc["the reused prompts do not fit the KV cache", "leaning"] == "vLLM"
 
 
+def test_engine_timings_lean_only_where_every_round_favours_the_same_engine(tmp_path):
+    _head_to_head(tmp_path)
+    one = pd.read_csv(tmp_path / "head_to_head.csv")
+    flipped = one.assign(p50_e2el_ms=one.p50_e2el_ms.where(one.engine == "sglang", 900.0))  # vLLM slower
+    pd.concat([one.assign(round=0), one.assign(round=1), flipped.assign(round=2)]).to_csv(
+        tmp_path / "head_to_head.csv", index=False)
+    table = sg.guide(tmp_path, GPU, claims.load()).set_index("situation")
+    light = table.loc["one request at a time, latency matters"]
+    assert light.leaning == "either (the rounds disagree)"  # the median round (0.50) alone would say vLLM
+    assert "0.50 (rounds 0.50-1.50)" in light.measured
+
+
 def test_chunked_row_reports_stall_and_ttft_apart(tmp_path):
-    rows = [("vllm", 32, False, 0, 2.07, 0.14), ("sglang", 32, False, 0, 1.0, 0.90),
-            ("sglang", 32, True, 0, 5.87, 0.44)]
-    pd.DataFrame(rows, columns=["engine", "budget", "mixed_chunk", "threshold", "long_ttft_s", "longest_stall_s"]) \
-        .to_csv(tmp_path / "chunked_prefill_live.csv", index=False)
-    row = sg.guide(tmp_path, GPU, claims.load()).set_index("situation").loc[
-        "long prompts arrive while other users stream"]
-    assert "longest stall 0.14 s, long prompt's TTFT 2.07 s" in row.measured and "TTFT 5.87 s" in row.measured
-    assert row.leaning == "vLLM"  # 0.14 s against SGLang's best 0.44 s
+    rows = [("v", "vllm", 32, False, 0, 2.07, 0.14), ("p", "sglang", 32, False, 0, 1.0, 0.90),
+            ("m", "sglang", 32, True, 0, 5.87, 0.44)]
+    pd.DataFrame(rows, columns=["config", "engine", "budget", "mixed_chunk", "threshold", "long_ttft_s",
+                                "longest_stall_s"]).to_csv(tmp_path / "chunked_prefill_live.csv", index=False)
+
+    def row():
+        return sg.guide(tmp_path, GPU, claims.load()).set_index("situation").loc[
+            "long prompts arrive while other users stream"]
+
+    assert "longest stall 0.14 s, long prompt's TTFT 2.07 s" in row().measured and "TTFT 5.87 s" in row().measured
+    assert row().leaning == "vLLM"  # 0.14 s against SGLang's best 0.44 s
+    rounds = pd.DataFrame({"config": ["v", "v", "m", "m"], "round": [0, 1, 0, 1],
+                           "longest_stall_s": [0.1, 0.2, 0.4, 0.5]})
+    rounds.to_csv(tmp_path / "chunked_prefill_rounds.csv", index=False)
+    assert row().leaning == "vLLM" and "(median rounds)" in row().measured
+    rounds.assign(longest_stall_s=[0.1, 0.45, 0.4, 0.5]).to_csv(tmp_path / "chunked_prefill_rounds.csv", index=False)
+    assert row().leaning == "either (the rounds overlap)"
 
 
-def _summary(folder, **speedups):
-    """A chapter 05 summary: per load words, a list of (median, lowest round, highest round) per method."""
+def _summary(folder, rounds=3, **speedups):
+    """A chapter 05 summary: per load words, a list of (median, lowest round, highest round) per method, and
+    beside it the meta.json that says how many rounds (None: a meta.json without them)."""
     table = {"method": ["n-gram", "draft"][:len(next(iter(speedups.values())))]}
     for at, rows in speedups.items():
         at = at.replace("_", " ")
         for i, what in enumerate(("speedup", "lowest round", "highest round")):
             table[f"{what}, {at}"] = [r[i] for r in rows]
     pd.DataFrame(table).to_csv(folder / "speculative_summary.csv", index=False)
+    meta = {"name": "speculative_summary"} | ({"rounds": rounds} if rounds is not None else {})
+    (folder / "speculative_summary.meta.json").write_text(json.dumps(meta))
 
 
 def test_speculative_row_reads_the_speedup_columns_whatever_their_task_words(tmp_path):
@@ -98,10 +124,21 @@ def test_speculative_row_reads_the_speedup_columns_whatever_their_task_words(tmp
 def test_a_speedup_whose_rounds_straddle_one_is_not_resolved(tmp_path):
     _summary(tmp_path, **{"sweep task, 1 request": [(1.3, 1.1, 1.5)], "sweep task, 16 requests": [(0.9, 0.8, 1.05)]})
     row = sg.guide(tmp_path, CPU, claims.load()).set_index("situation").loc["speculative decoding to cut latency"]
-    assert row.leaning == "not an engine comparison: helps at 1 request(s), not resolved at this size at 16"
+    assert row.leaning == "not an engine comparison: helps at 1 request(s), not resolved with 3 rounds at 16"
+    _summary(tmp_path, rounds=5, **{"sweep task, 1 request": [(1.3, 1.1, 1.5)],
+                                    "sweep task, 16 requests": [(0.9, 0.8, 1.05)]})
+    row = sg.guide(tmp_path, CPU, claims.load()).set_index("situation").loc["speculative decoding to cut latency"]
+    assert row.leaning.endswith("not resolved with 5 rounds at 16")  # the words name the saved number of rounds
     _summary(tmp_path, **{"sweep task, 1 request": [(1.3, 1.1, 1.5)], "sweep task, 16 requests": [(0.7, 0.6, 0.8)]})
     row = sg.guide(tmp_path, CPU, claims.load()).set_index("situation").loc["speculative decoding to cut latency"]
     assert row.leaning.endswith("hurts at 16")
+
+
+def test_a_summary_without_its_number_of_rounds_is_an_error(tmp_path):
+    _summary(tmp_path, rounds=None, **{"sweep task, 1 request": [(1.3, 1.1, 1.5)],
+                                       "sweep task, 16 requests": [(0.9, 0.8, 1.05)]})
+    with pytest.raises(sg.MissingColumn, match="how many rounds"):
+        sg.guide(tmp_path, CPU, claims.load())
 
 
 def test_a_speedup_without_its_rounds_is_an_error(tmp_path):

@@ -114,6 +114,73 @@ def test_per_request_lists_and_their_maxima():
         h.maxima(sent.iloc[:0])
 
 
+def test_rounds_use_seeds_and_conversations_of_their_own():
+    rounds = h.plans(3, seed=5, max_model_len=2048, **SIZES)
+    seeds = [r.seed for runs in rounds for r in runs]
+    assert len(rounds) == 3 and len(set(seeds)) == len(seeds) and rounds[1][0].seed == 5 + h.ROUND_SEEDS
+    assert rounds[0][-1].chats != rounds[1][-1].chats  # a round's conversations are not cached by the one before
+    assert h.warm_up([r for runs in rounds for r in runs]).seed not in seeds
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got 0"):
+        h.plans(0, max_model_len=2048, **SIZES)
+
+
+class _Stand:
+    def __init__(self, name):
+        self.name, self.running = name, False
+
+    def start(self):
+        self.running = True
+        return self
+
+    def stop(self):
+        self.running = False
+
+
+def test_measure_rounds_turns_the_order_round_by_round(monkeypatch):
+    called = []
+
+    def measure(server, runs, *, output_tokens, warm=None):
+        called.append((server.name, warm is not None))
+        frame = pd.DataFrame({"engine": [server.name], "run": [runs[0].name]})
+        return frame, frame.assign(request=0)
+
+    monkeypatch.setattr(h, "measure", measure)
+    runs = h.plan(2048, **SIZES)
+    up = []
+    table, sent = h.measure_rounds({"vllm": _Stand("vllm"), "sglang": _Stand("sglang")}, [runs] * 3, together=True,
+                                   output_tokens=4, warm=h.warm_up(runs), started=lambda e, s: up.append(e))
+    assert up == ["vllm", "sglang"]
+    assert called == [("vllm", True), ("sglang", True), ("sglang", False), ("vllm", False), ("vllm", False),
+                      ("sglang", False)]
+    assert table["round"].tolist() == [0, 0, 1, 1, 2, 2] and sent["round"].tolist() == [0, 0, 1, 1, 2, 2]
+    called.clear()
+    h.measure_rounds({"vllm": _Stand("vllm"), "sglang": _Stand("sglang")}, [runs] * 2, together=False,
+                     output_tokens=4, warm=h.warm_up(runs))
+    assert called == [("vllm", True), ("vllm", False), ("sglang", True), ("sglang", False)]
+    with pytest.raises(ValueError, match="at least one server and one round, got 2 and 0"):
+        h.measure_rounds({"vllm": _Stand("a"), "sglang": _Stand("b")}, [], together=True, output_tokens=4)
+
+
+def test_ratios_over_rounds_give_the_median_round_its_range_and_a_winner_only_when_rounds_agree():
+    runs = h.plan(2048, **SIZES)[:2]
+    rounds = []
+    for r, (fast, slow) in enumerate([(1.0, 2.0), (1.0, 4.0), (1.0, 0.5)]):
+        rounds += [h.frame("vllm", runs, _answer(runs, fast)).assign(round=r),
+                   h.frame("sglang", runs, _answer(runs, slow)).assign(round=r)]
+    table = pd.concat(rounds, ignore_index=True)
+    assert h.round_ratios(table).p50_ttft_ms.tolist() == [0.5, 0.25, 2.0] * 2
+    assert h.ratios(table).p50_ttft_ms.tolist() == [0.5, 0.5]
+    spread = h.ratio_spread(table, "p50_ttft_ms")
+    assert spread.loc[runs[0].name, "lowest round"] == 0.25 and spread.loc[runs[0].name, "highest round"] == 2.0
+    assert spread["favoured in every round"].tolist() == ["", ""]  # round 2 favours SGLang
+    agreed = h.ratio_spread(table[table["round"] < 2], "output_throughput", lower_is_better=False)
+    assert agreed["favoured in every round"].tolist() == ["vllm", "vllm"]
+    mid = h.medians(table).set_index(["engine", "run"])
+    assert mid.loc[("sglang", runs[0].name), "p50_ttft_ms"] == 100.0 and "round" not in mid
+    with pytest.raises(ValueError, match="unknown metric 'p42'; accepted: p50_ttft_ms"):
+        h.ratio_spread(table, "p42")
+
+
 @pytest.mark.engine_venv
 def test_vllm_bench_parser_accepts_every_run(require_engine, cpu):
     require_engine("vllm")

@@ -12,6 +12,7 @@ rest on a ledger verdict only (`EDITORIAL`). A saved table without a column a ro
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,9 +20,10 @@ import pandas as pd
 
 from servelab.book import claims, results
 from servelab.machine.profiles import Profile
+from servelab.measure import head_to_head as h2h
 from servelab.measure import speculative_load as spec_load
 
-TIE = 0.10  # ratios within 10% of 1 lean to neither engine: single runs on a shared machine
+TIE = 0.10  # ratios within 10% of 1 lean to neither engine, even where every round agrees
 NOT_INDICATIVE = "none: not indicative on cpu (SGLang without its CPU kernels)"
 EDITORIAL = "none: a ledger verdict, not a measurement"
 NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -59,28 +61,44 @@ def _timing(ratio: float, indicative: bool, lower_is_better: bool = True) -> str
     return lean(ratio, lower_is_better) if indicative else NOT_INDICATIVE
 
 
+def lean_over_rounds(stats: pd.Series, lower_is_better: bool = True) -> str:
+    """`lean` on the median round, but only where every round favoured that engine (`h2h.ratio_spread`'s
+    row); rounds that disagree lean to neither."""
+    leaning = lean(stats["median"], lower_is_better)
+    if leaning.startswith("either") or not stats["favoured in every round"]:
+        return leaning if leaning.startswith("either") else "either (the rounds disagree)"
+    return leaning
+
+
 def _head_to_head(folder: Path, indicative: bool) -> list[dict]:
     table = _csv(folder, "head_to_head", ("engine", "run", "workload", "concurrency", "p50_ttft_ms",
                                            "p50_e2el_ms", "output_throughput"))
     if table is None:
         return []
-    wide = table.set_index(["run", "engine"]).unstack("engine")
+    spreads = {m: h2h.ratio_spread(table, m, lower_is_better=m != "output_throughput")
+               for m in ("p50_e2el_ms", "p50_ttft_ms", "output_throughput")}
 
-    def ratio(run: str, column: str) -> float:
-        return wide.loc[run, (column, "vllm")] / wide.loc[run, (column, "sglang")]
+    def said(run: str, metric: str) -> str:
+        r = spreads[metric].loc[run]
+        return (f"{r['median']:.2f}" if r["rounds"] == 1
+                else f"{r['median']:.2f} (rounds {r['lowest round']:.2f}-{r['highest round']:.2f})")
 
-    runs = table[table.engine == "vllm"]
+    def leaning(run: str, metric: str) -> str:
+        lower = metric != "output_throughput"
+        return lean_over_rounds(spreads[metric].loc[run], lower) if indicative else NOT_INDICATIVE
+
+    runs = table[table.engine == "vllm"].drop_duplicates("run")
     sweep = runs[runs.workload.eq("random")].dropna(subset=["concurrency"]).sort_values("concurrency")
     light, heavy = sweep.iloc[0].run, sweep.iloc[-1].run
     where = "chapter 06 'Head-to-head'"
     rows = [{"situation": "one request at a time, latency matters",
-             "measured": f"{light}: median request latency vLLM/SGLang {ratio(light, 'p50_e2el_ms'):.2f} "
-                         f"(median TTFT {ratio(light, 'p50_ttft_ms'):.2f})",
-             "leaning": _timing(ratio(light, "p50_e2el_ms"), indicative),
+             "measured": f"{light}: median request latency vLLM/SGLang {said(light, 'p50_e2el_ms')} "
+                         f"(median TTFT {said(light, 'p50_ttft_ms')})",
+             "leaning": leaning(light, "p50_e2el_ms"),
              "evidence": f"{where}; ledger throughput-vs-latency-split"},
             {"situation": "many concurrent requests, throughput matters",
-             "measured": f"{heavy}: output tokens/s vLLM/SGLang {ratio(heavy, 'output_throughput'):.2f}",
-             "leaning": _timing(ratio(heavy, "output_throughput"), indicative, lower_is_better=False),
+             "measured": f"{heavy}: output tokens/s vLLM/SGLang {said(heavy, 'output_throughput')}",
+             "leaning": leaning(heavy, "output_throughput"),
              "evidence": f"{where}; ledger throughput-vs-latency-split"}]
     hits = _prefix_hit_rates(folder)
     for workload, situation in (("shared_prefix", "prompts share a prefix (chat, agents, RAG)"),
@@ -90,14 +108,14 @@ def _head_to_head(folder: Path, indicative: bool) -> list[dict]:
         if run.empty:
             continue
         r = run.iloc[0].run
-        measured = (f"{r}: median request latency vLLM/SGLang {ratio(r, 'p50_e2el_ms'):.2f}, "
-                    f"median TTFT {ratio(r, 'p50_ttft_ms'):.2f}")
+        measured = (f"{r}: median request latency vLLM/SGLang {said(r, 'p50_e2el_ms')}, "
+                    f"median TTFT {said(r, 'p50_ttft_ms')}")
         evidence = where
         if workload == "shared_prefix" and hits:
             measured += f"; context, chapter 03's multi-turn hit rate: {hits}"
             evidence += "; chapter 03 (results prefix_verdict.csv); ledger guide-vllm-for-rag"
-        rows.append({"situation": situation, "measured": measured,
-                     "leaning": _timing(ratio(r, "p50_e2el_ms"), indicative), "evidence": evidence})
+        rows.append({"situation": situation, "measured": measured, "leaning": leaning(r, "p50_e2el_ms"),
+                     "evidence": evidence})
     return rows
 
 
@@ -133,8 +151,8 @@ def _prefix(folder: Path) -> list[dict]:
 
 
 def _chunked(folder: Path, indicative: bool) -> list[dict]:
-    live = _csv(folder, "chunked_prefill_live", ("engine", "budget", "mixed_chunk", "threshold", "long_ttft_s",
-                                                 "longest_stall_s"))
+    live = _csv(folder, "chunked_prefill_live", ("config", "engine", "budget", "mixed_chunk", "threshold",
+                                                 "long_ttft_s", "longest_stall_s"))
     if live is None:
         return []
     sgl = live[live.engine == "sglang"]
@@ -149,17 +167,37 @@ def _chunked(folder: Path, indicative: bool) -> list[dict]:
     def both(r: pd.Series) -> str:
         return f"longest stall {r.longest_stall_s:.2f} s, long prompt's TTFT {r.long_ttft_s:.2f} s"
 
-    best = min(p.longest_stall_s, m.longest_stall_s)
+    best = p if p.longest_stall_s <= m.longest_stall_s else m
+    leaning = _timing(v.longest_stall_s / best.longest_stall_s, indicative)
+    rounds = _csv(folder, "chunked_prefill_rounds", ("config", "round", "longest_stall_s"))
+    if rounds is not None and indicative and not leaning.startswith("either"):
+        # the two engines ran in different rounds (one engine's servers at a time): lean only where their
+        # rounds' ranges do not overlap
+        stalls = {c: rounds[rounds.config == c].longest_stall_s for c in (v.config, best.config)}
+        apart = (stalls[v.config].max() < stalls[best.config].min()
+                 or stalls[best.config].max() < stalls[v.config].min())
+        leaning = leaning if apart else "either (the rounds overlap)"
     return [{"situation": "long prompts arrive while other users stream",
              "measured": (f"smallest budgets: vLLM {both(v)}; SGLang {both(p)} by default, "
-                          f"{both(m)} with --enable-mixed-chunk"),
-             "leaning": _timing(v.longest_stall_s / best, indicative),
-             "evidence": "chapter 04 (results chunked_prefill_live.csv)"}]
+                          f"{both(m)} with --enable-mixed-chunk" + (" (median rounds)" if rounds is not None else "")),
+             "leaning": leaning,
+             "evidence": "chapter 04 (results chunked_prefill_live.csv, chunked_prefill_rounds.csv)"}]
 
 
 _SPEEDUP = re.compile(r"^speedup, (.*?(\d+) requests?)$")
-# chapter 05 states each speedup with the lowest and highest of its interleaved rounds
-_VERDICT = {"faster": "helps", "slower": "hurts", spec_load.NOT_RESOLVED: "not resolved at this size"}
+# chapter 05 states each speedup with the lowest and highest of its interleaved rounds; a speedup whose rounds
+# straddle 1 keeps chapter 05's words, which name the number of rounds (spec_load.not_resolved)
+_VERDICT = {"faster": "helps", "slower": "hurts"}
+
+
+def _rounds(folder: Path, name: str) -> int:
+    """The number of rounds chapter 05 saved beside its table (its meta.json's "rounds")."""
+    path = results.note_read(folder / f"{name}.meta.json")
+    rounds = json.loads(path.read_text()).get("rounds") if path.is_file() else None
+    if rounds is None:
+        raise MissingColumn(f"{path} does not say how many rounds {name}.csv has (its 'rounds'): a verdict "
+                            "across the rounds needs it")
+    return int(rounds)
 
 
 def _speculative(folder: Path) -> list[dict]:
@@ -180,6 +218,7 @@ def _speculative(folder: Path) -> list[dict]:
     if rows.empty:
         raise MissingColumn(f"{folder / 'speculative_summary.csv'}: no method has all of {needed}")
     best = rows.loc[rows[f"speedup, {lo}"].idxmax()]
+    rounds = _rounds(folder, "speculative_summary")
     engine = NAMES["vllm"]  # chapter 05 sweeps its methods on vLLM (its GPU runs are a separate table)
 
     def stated(at: str) -> str:
@@ -187,7 +226,8 @@ def _speculative(folder: Path) -> list[dict]:
                 f"-{best[f'highest round, {at}']:.2f})")
 
     def verdict(at: str) -> str:
-        return _VERDICT[spec_load.spread_verdict(best[f"lowest round, {at}"], best[f"highest round, {at}"])]
+        said = spec_load.spread_verdict(best[f"lowest round, {at}"], best[f"highest round, {at}"], rounds)
+        return _VERDICT.get(said, said)
 
     return [{"situation": "speculative decoding to cut latency",
              "measured": (f"{engine}, best method at {min(by_load)} request(s): {best.method}, speedup "

@@ -13,16 +13,20 @@ Every run has its own seed (`plan`: the chapter's seed plus the run's index), so
 random prompts and neither engine's prefix cache can serve one run from another; `measure` sends a warm-up
 run (its own seed, not reported) first, and reads each engine's own cached-token counter before and after
 every run (`CACHED_COUNTER`), so a table can show that the random runs got no prefix-cache hits.
+
+The plan runs in rounds (`plans`: each round with seeds of its own); where both servers fit side by side
+the engines take turns within every round, the one that starts changing from round to round
+(`measure_rounds`), so a slow stretch of the host lands on both; on a GPU, where they do not, each
+server's rounds run back to back. `round_ratios` gives one vLLM/SGLang ratio per run and round, and
+`ratio_spread` their median with the lowest and highest round.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,9 +35,11 @@ import pandas as pd
 
 from servelab.engines.engine_side import script
 from servelab.engines.server import Server
+from servelab.integers import int_at_least
 from servelab.machine import engine_envs
-from servelab.machine.profiles import Profile
+from servelab.measure.lineup import in_rounds
 from servelab.measure.prefix_workloads import multi_turn
+from servelab.measure.rounds import spread
 
 CLIENT_ENV_ENGINE = "vllm"  # the engine whose venv holds the load generator
 PERCENTILES = (50, 90, 99)
@@ -124,6 +130,19 @@ def plan(max_model_len: int, *, input_tokens: int, concurrencies: Sequence[int],
     return [replace(r, seed=seed + i) for i, r in enumerate(runs)]
 
 
+ROUND_SEEDS = 1000  # round r's runs take the seeds from seed + r * ROUND_SEEDS on
+
+
+def plans(rounds: int, *, seed: int = 0, **options: Any) -> list[list[Run]]:
+    """`plan(**options)` once per round, round r from the seed `seed + r * ROUND_SEEDS`: no two runs of any
+    round send the same prompts, the multi-turn conversations included, so no round is served from the
+    prefix cache an earlier round filled."""
+    out = [plan(seed=seed + r * ROUND_SEEDS, **options) for r in range(int_at_least("rounds", rounds, 1))]
+    if len(out[0]) > ROUND_SEEDS:
+        raise ValueError(f"a round of {len(out[0])} runs needs more than the {ROUND_SEEDS} seeds a round has")
+    return out
+
+
 def warm_up(runs: Sequence[Run], prompts: int = 4) -> Run:
     """A short random run with a seed no run of `runs` uses (sent first, not reported): the server's first
     requests pay one-off costs that would otherwise land on the first measured run."""
@@ -143,19 +162,6 @@ def multi_turn_chats(seed: int, conversations: int, turns: int) -> tuple:
     return tuple(tuple(dict(m) for m in r.messages) for r in order)
 
 
-@contextlib.contextmanager
-def quiet_running(launch: Any, profile: Profile) -> Iterator[Server]:
-    """A declared server (servelab.measure.chapter_servers.Launch) started, always stopped; its start-up progress
-    bar (written to stderr) is kept out of the notebook. A failed start still raises, naming the log."""
-    server = launch.server(profile)
-    with contextlib.redirect_stderr(io.StringIO()):
-        server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def measure(server: Server, runs: Sequence[Run], *, output_tokens: int, warm: Run | None = None,
             timeout: float = 600) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every run against `server` with vLLM's benchmark client (one process), after the `warm` run if given:
@@ -172,6 +178,26 @@ def measure(server: Server, runs: Sequence[Run], *, output_tokens: int, warm: Ru
     if warm:
         answer = {**answer, "runs": answer["runs"][1:]}
     return frame(server.engine, runs, answer), requests(server.engine, runs, answer)
+
+
+def measure_rounds(servers: Mapping[str, Server], plans: Sequence[Sequence[Run]], *, together: bool,
+                   output_tokens: int, warm: Run | None = None,
+                   started: Callable[[str, Server], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every round's runs on every server (`servers`: engine -> a server, not yet started), in rounds
+    (`servelab.measure.lineup.in_rounds`): side by side (`together`) the servers take turns and round r
+    starts with server r mod n; else each server's rounds run back to back. `warm` goes before each server's
+    first round only; `started(engine, server)` is called once each server is up. The tables of `measure`,
+    with a `round` column."""
+    if not servers or not plans:
+        raise ValueError(f"need at least one server and one round, got {len(servers)} and {len(plans)}")
+
+    def one(engine: str, server: Server, r: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+        summary, per_request = measure(server, plans[r], output_tokens=output_tokens, warm=warm if r == 0 else None)
+        return summary.assign(round=r), per_request.assign(round=r)
+
+    done = in_rounds(servers, len(plans), together=together, measure=one, prepare=started)
+    return (pd.concat([d[0] for _, _, d in done], ignore_index=True),
+            pd.concat([d[1] for _, _, d in done], ignore_index=True))
 
 
 def frame(engine: str, runs: Sequence[Run], answer: dict) -> pd.DataFrame:
@@ -215,8 +241,8 @@ def requests(engine: str, runs: Sequence[Run], answer: dict) -> pd.DataFrame:
 
 
 def maxima(per_request: pd.DataFrame) -> pd.DataFrame:
-    """Per (engine, run): the largest TTFT and the largest inter-token gap of any request (ms), from
-    `requests`' table; with a few dozen requests a run's 99th percentile is little more than these."""
+    """Per (engine, run): the largest TTFT and the largest inter-token gap of any request (ms) over every
+    round, from `requests`' table; with a few dozen requests a run's 99th percentile is little more than these."""
     if per_request.empty:
         raise ValueError("maxima needs at least one request")
     gaps = per_request.itls_ms.map(lambda text: max(json.loads(text), default=float("nan")))
@@ -225,16 +251,48 @@ def maxima(per_request: pd.DataFrame) -> pd.DataFrame:
 
 
 RATIO_COLUMNS = ("p50_ttft_ms", "p90_ttft_ms", "p50_itl_ms", "p90_itl_ms", "p50_e2el_ms", "output_throughput")
+SETTINGS = ("engine", "run", "workload", "concurrency", "rate", "prompts", "client")
 
 
-def ratios(table: pd.DataFrame, numerator: str = "vllm", denominator: str = "sglang") -> pd.DataFrame:
-    """Per run, numerator engine's value over the denominator's, for the latency percentiles and throughput.
+def medians(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (engine, run): every measured column's median over the rounds, the run's settings kept."""
+    keys = ["engine", "run"]
+    settings = table[[c for c in SETTINGS if c in table]].drop_duplicates(keys)
+    measured = [c for c in table.select_dtypes("number").columns if c not in (*SETTINGS, "round", "seed")]
+    middle = table.groupby(keys, sort=False)[measured].median().reset_index()
+    return settings.merge(middle, on=keys)
 
-    A latency ratio below 1 or a throughput ratio above 1 favours the numerator engine."""
+
+def round_ratios(table: pd.DataFrame, numerator: str = "vllm", denominator: str = "sglang") -> pd.DataFrame:
+    """Per run and round, the numerator engine's value over the denominator's, for the latency percentiles
+    and throughput (a table without a `round` column is one round). A latency ratio below 1 or a throughput
+    ratio above 1 favours the numerator engine."""
     engines = set(table.engine)
     if not {numerator, denominator} <= engines:
         raise ValueError(f"ratios need rows of both {numerator!r} and {denominator!r}; the table has {sorted(engines)}")
-    wide = table.set_index(["run", "engine"])[list(RATIO_COLUMNS)].unstack("engine")
-    out = pd.DataFrame({c: wide[(c, numerator)] / wide[(c, denominator)] for c in RATIO_COLUMNS})
-    order = list(dict.fromkeys(table.run))
-    return out.loc[order]
+    table = table if "round" in table else table.assign(round=0)
+    columns = [c for c in RATIO_COLUMNS if c in table]  # a saved table may keep only some of them
+    wide = table.set_index(["run", "round", "engine"])[columns].unstack("engine")
+    out = pd.DataFrame({c: wide[(c, numerator)] / wide[(c, denominator)] for c in columns})
+    return out.loc[list(dict.fromkeys(table.run))]
+
+
+def ratios(table: pd.DataFrame, numerator: str = "vllm", denominator: str = "sglang") -> pd.DataFrame:
+    """Per run, the median over the rounds of `round_ratios`."""
+    per_round = round_ratios(table, numerator, denominator)
+    return per_round.groupby(level="run", sort=False).median()
+
+
+def ratio_spread(table: pd.DataFrame, metric: str, lower_is_better: bool = True) -> pd.DataFrame:
+    """Per run, one metric's vLLM/SGLang ratio: the median round, the lowest and highest, and the engine every
+    round favours (`favoured in every round`: "vllm", "sglang", or "" when the rounds disagree)."""
+    if metric not in RATIO_COLUMNS:
+        raise ValueError(f"unknown metric {metric!r}; accepted: {', '.join(RATIO_COLUMNS)}")
+    rows = {}
+    for run, values in round_ratios(table)[metric].groupby(level="run", sort=False):
+        stats = spread(values.tolist())
+        vllm_wins = values < 1 if lower_is_better else values > 1
+        rows[run] = {"median": stats["median"], "lowest round": stats["lowest"], "highest round": stats["highest"],
+                     "rounds": stats["rounds"],
+                     "favoured in every round": "vllm" if vllm_wins.all() else "sglang" if (~vllm_wins).all() else ""}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("run")
