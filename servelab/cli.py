@@ -1,4 +1,4 @@
-"""Command line: `python -m servelab setup|lock|plan|keys|notebooks|book|lab|translations`."""
+"""Command line: `python -m servelab setup|lock|plan|keys|notebooks|book|lab|translations|doctor`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ from servelab.machine import profiles
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["doctor"]:  # its own options (servelab.doctor.main)
+        from servelab.doctor import main as doctor
+
+        return doctor(argv[1:])
     parser = argparse.ArgumentParser(prog="servelab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_setup = sub.add_parser("setup", help="build engine venvs and prepare models for a profile")
@@ -36,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p_lab = sub.add_parser("lab", help="setup + notebooks + book + translated notebooks")
     p_lab.add_argument("--profile", default="auto")
     p_lab.add_argument("--lang", action="append", help="build the book only in this language (repeatable)")
+    sub.add_parser("doctor", help="check this machine before a workshop (--lang, --json, --engines); "
+                   "python -m servelab doctor --help")
     p_tr = sub.add_parser("translations", help="catalogs under locales/: update, check, todo, apply, notebooks")
     p_tr.add_argument("action", choices=["update", "check", "todo", "apply", "notebooks"])
     p_tr.add_argument("args", nargs="*", help="todo LANG DOMAIN | apply LANG DOMAIN FILE.po | notebooks [LANG]")

@@ -12,7 +12,8 @@ from servelab.machine.paths import REPO
 
 PACKAGE = REPO / "servelab"
 # Lower ranks sit below higher ones. `sim` and `engines` share a rank and must not import each other.
-RANKS = {"__init__": 0, "integers": 0, "machine": 1, "engines": 2, "sim": 2, "measure": 3, "book": 4, "cli": 5}
+RANKS = {"__init__": 0, "integers": 0, "machine": 1, "engines": 2, "sim": 2, "measure": 3, "book": 4, "doctor": 5,
+         "cli": 6}
 CHAPTER_FACING = {"engines", "sim", "measure", "book"}
 # Scripts that run inside an engine's venv: they import nothing from servelab.
 ENGINE_SIDE = ("engines/engine_side", "engines/sgl_kernel_stand_in", "machine/venv_scripts")
