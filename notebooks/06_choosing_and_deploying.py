@@ -166,7 +166,7 @@ pd.DataFrame(capacity).T
 
 # %%
 # NBVAL_CHECK_OUTPUT
-by = table.set_index(["engine", "run", "round"])
+by = table.set_index(["engine", "run", "round"]).sort_index()  # sorted: a lookup by (engine, run) is then fast
 light, heavy = f"random, concurrency {min(concurrencies)}", f"random, concurrency {max(concurrencies)}"
 # both engines built the same KV capacity from the budget, within one block
 print(abs(capacity["vllm"]["usable"] - capacity["sglang"]["usable"]) <= max(c["block_size"] for c in capacity.values()))
