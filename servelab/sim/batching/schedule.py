@@ -55,9 +55,17 @@ def _check(requests: Sequence[Request], max_batch: int) -> list[Request]:
     return sorted(requests, key=lambda r: (r.arrival_s, r.name))
 
 
-def _decode_step(running: list[_Running], now: float, cost: CostModel) -> float:
-    """One step in which every running request decodes a token; the time it ends."""
-    return now + cost.step_seconds(0, len(running), sum(r.context for r in running))
+def _step_end(now: float, cost: CostModel, prefills: Sequence[Request], decodes: Sequence[_Running]) -> float:
+    """When a step from ``now`` ends: it prefills ``prefills`` and decodes one token of each of ``decodes``."""
+    return now + cost.step_seconds(sum(r.prompt_tokens for r in prefills), len(decodes),
+                                   sum(r.context for r in decodes))
+
+
+def _retire(running: list[_Running], now: float, served: list[Served]) -> list[_Running]:
+    """Moves the requests that have all their tokens into ``served`` (finished at ``now``); the others."""
+    served += [Served(r.request, r.admitted_s, r.first_token_s, now) for r in running
+               if r.generated == r.request.output_tokens]
+    return [r for r in running if r.generated < r.request.output_tokens]
 
 
 def static(requests: Sequence[Request], cost: CostModel, *, max_batch: int) -> list[Served]:
@@ -69,18 +77,13 @@ def static(requests: Sequence[Request], cost: CostModel, *, max_batch: int) -> l
         now = max(now, waiting[0].arrival_s)
         batch = [r for r in waiting if r.arrival_s <= now][:max_batch]
         waiting = [r for r in waiting if r not in batch]
-        start, now = now, now + cost.step_seconds(sum(r.prompt_tokens for r in batch), 0, 0)
-        running = [_Running(r, start, now, 1) for r in batch]
-        done = [r for r in running if r.generated == r.request.output_tokens]
-        running = [r for r in running if r not in done]
-        served += [Served(r.request, r.admitted_s, r.first_token_s, now) for r in done]
+        start, now = now, _step_end(now, cost, batch, [])
+        running = _retire([_Running(r, start, now, 1) for r in batch], now, served)
         while running:
-            now = _decode_step(running, now, cost)
+            now = _step_end(now, cost, [], running)
             for r in running:
                 r.generated += 1
-            done = [r for r in running if r.generated == r.request.output_tokens]
-            running = [r for r in running if r not in done]
-            served += [Served(r.request, r.admitted_s, r.first_token_s, now) for r in done]
+            running = _retire(running, now, served)
     return sorted(served, key=lambda s: s.request.name)
 
 
@@ -104,13 +107,9 @@ def continuous(requests: Sequence[Request], cost: CostModel, *, max_batch: int,
             joining.append(r)
             budget = None if budget is None else budget - r.prompt_tokens
         waiting = [r for r in waiting if r not in joining]
-        end = now + cost.step_seconds(sum(r.prompt_tokens for r in joining), len(running),
-                                      sum(r.context for r in running))
+        end = _step_end(now, cost, joining, running)
         for r in running:
             r.generated += 1
-        running += [_Running(r, now, end, 1) for r in joining]
+        running = _retire(running + [_Running(r, now, end, 1) for r in joining], end, served)
         now = end
-        done = [r for r in running if r.generated == r.request.output_tokens]
-        running = [r for r in running if r not in done]
-        served += [Served(r.request, r.admitted_s, r.first_token_s, now) for r in done]
     return sorted(served, key=lambda s: s.request.name)
