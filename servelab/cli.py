@@ -1,4 +1,4 @@
-"""Command line: `python -m servelab setup|lock|plan|keys|notebooks|book|lab|translations|doctor`."""
+"""Command line: `python -m servelab setup|lock|plan|keys|notebooks|prose|book|lab|translations|doctor`."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--profile", default="auto")
     p_run.add_argument("names", nargs="*", help="notebook names (default: all in the table of contents)")
     p_run.add_argument("--keep-going", action="store_true", help="run every chapter even after one fails")
+    p_prose = sub.add_parser("prose", help="carry the chapters' edited markdown into their executed notebooks, "
+                             "outputs kept (no execution; refused where a code cell changed)")
+    p_prose.add_argument("names", nargs="*", help="notebook names (default: all in the table of contents)")
     p_keys = sub.add_parser("keys", help="which committed notebooks are current, which to re-execute, and why")
     p_keys.add_argument("--profile", default="cpu")
     p_keys.add_argument("--all", action="store_true", help="re-execute every chapter")
@@ -61,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             return _keys(args)
         if args.command == "plan":
             return _plan(args)
+        if args.command == "prose":
+            return _prose(args.names)
         if args.command == "lock":
             return _lock(args.names)
         if args.command == "notebooks":
@@ -114,6 +119,14 @@ def _keys(args: argparse.Namespace) -> int:
                  if not st.current]
         with open(args.write, "w") as f:
             f.write("".join(f"{path}\n" for path in stale))
+    return 0
+
+
+def _prose(names: list[str]) -> int:
+    from servelab.book import chapters, prose
+
+    for source in chapters.sources(names or None):
+        print(f"[prose] {source.stem}: " + ("updated" if prose.sync(source) else "unchanged"))
     return 0
 
 

@@ -119,3 +119,42 @@ def test_keys_command_prints_each_chapter_and_writes_the_stale_ones(tmp_path, ca
 def test_keys_command_with_an_unknown_profile_is_one_line(capsys):
     assert cli.main(["keys", "--profile", "tpu"]) == 2
     assert "unknown profile 'tpu'" in capsys.readouterr().err
+
+
+def test_a_module_fingerprint_ignores_comments_docstrings_and_blank_lines_not_code(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('"""Doc."""\n\nX = 1  # one\n\n\ndef f():\n    """Doc."""\n    return """a\n\nb"""\n')
+    before = execution_key.fingerprint(module)
+    module.write_text('"""Other words."""\nX = 1\n# a new comment\n\ndef f():\n    """More."""\n'
+                      '    return """a\n\nb"""  # why\n')
+    assert execution_key.fingerprint(module) == before
+    for changed in ('X = 2\ndef f():\n    return """a\n\nb"""\n', 'X = 1\ndef f():\n    return """a\nb"""\n'):
+        module.write_text(changed)  # a value, and a blank line inside a string, are code
+        assert execution_key.fingerprint(module) != before
+    data = tmp_path / "d.toml"
+    data.write_text("# comment\nx = 1\n")
+    assert execution_key.fingerprint(data) == execution_key.digest(data)  # a data file counts whole
+
+
+def _chapter(path, prose, code, tags=""):
+    path.write_text(f"# %% [markdown]\n# {prose}\n\n# %%{tags}\n{code}\n")
+    return path
+
+
+def test_a_chapter_fingerprint_is_its_code_cells_and_their_tags_not_its_prose(tmp_path):
+    source = _chapter(tmp_path / "07_x.py", "First words.", "x = 1")
+    before = execution_key.fingerprint(source, chapter=True)
+    assert execution_key.fingerprint(_chapter(source, "Other words, more of them.", "x = 1"), chapter=True) == before
+    assert execution_key.fingerprint(_chapter(source, "First words.", "x = 2"), chapter=True) != before
+    assert execution_key.fingerprint(_chapter(source, "First words.", "x = 1  # a comment a reader sees"),
+                                     chapter=True) != before  # the committed notebook shows the cell's text
+    assert execution_key.fingerprint(_chapter(source, "First words.", "x = 1", ' tags=["hide-input"]'),
+                                     chapter=True) != before
+
+
+def test_the_committed_notebooks_record_the_fingerprints_of_their_inputs():
+    """What the keys were computed from is what `fingerprint` gives now, for every current chapter."""
+    for source in NOTEBOOKS.values():
+        meta = execution_key.recorded(source.with_suffix(".ipynb"))
+        if execution_key.status(source, "cpu", meta).current:
+            assert meta["inputs"] == execution_key.inputs(source)

@@ -27,7 +27,8 @@ def test_executed_notebook_matches_its_source(source):
     executed = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
     cells = [c for c in executed.cells if "injected-parameters" not in c.metadata.get("tags", [])]
     expected = jupytext.read(source).cells
-    assert [c.source for c in cells] == [c.source for c in expected], "re-run: python -m servelab notebooks"
+    assert [c.source for c in cells] == [c.source for c in expected], \
+        f"prose edited: python -m servelab prose {source.stem}; code edited: python -m servelab notebooks {source.stem}"
     assert [c.cell_type for c in cells] == [c.cell_type for c in expected]
 
 

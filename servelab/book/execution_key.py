@@ -5,16 +5,21 @@ inside functions too) with the packages' `__init__` files; the files those modul
 (engine-side scripts run inside an engine venv, the SGLang stand-in, data files under `servelab/data/`);
 every pins file and lock once `engine_envs.toml` is among them; the kernel venv's lock; and the results of
 other chapters it read while it ran (recorded then, see `servelab.book.results`). The key is a hash of
-those files' contents and the profile. `chapters.execute` records it in the executed notebook's metadata
-(`servelab`: key, inputs, reads, saves, time) and in every result the run saved.
+what of those files can change a run (`fingerprint`) and the profile: the chapter's code cells, a Python
+module's code without its comments and docstrings, any other file whole. So prose is not an input: a
+chapter whose markdown (or a module whose docstrings) changed is not re-executed; `prose.sync` carries the
+new markdown into the executed notebook, keeping its outputs. `chapters.execute` records the key in the
+executed notebook's metadata (`servelab`: key, inputs, reads, saves, time) and in every result the run saved.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,13 +119,59 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def _docstring_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                lines.update(range(first.lineno, first.end_lineno + 1))
+    return lines
+
+
+def code_text(text: str) -> str:
+    """Python source without its comments, docstrings and blank lines: what runs. Found with `ast` and
+    `tokenize` but cut from the text itself, so the result does not depend on the Python version."""
+    docstrings = _docstring_lines(ast.parse(text))
+    lines = text.splitlines()
+    inside: set[int] = set()  # lines of a multi-line string, kept as they are (blank lines included)
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+        elif tok.start[0] != tok.end[0] and tok.type not in (tokenize.NEWLINE, tokenize.NL):
+            inside.update(range(tok.start[0], tok.end[0]))  # its last line ends with code
+    return "\n".join(line if i in inside else line.rstrip() for i, line in enumerate(lines, 1)
+                     if i not in docstrings and (i in inside or line.strip()))
+
+
+def chapter_code(source: Path) -> str:
+    """A chapter's code cells, each with its tags, in order: what its execution depends on (not its markdown)."""
+    import jupytext
+
+    cells = [c for c in jupytext.read(source).cells if c.cell_type == "code"]
+    return json.dumps([[c.source, sorted(c.metadata.get("tags", []))] for c in cells])
+
+
+def fingerprint(path: Path, chapter: bool = False) -> str:
+    """The hash of what of `path` can change a chapter's run (see the module docstring)."""
+    if chapter:
+        text = chapter_code(path)
+    elif path.suffix == ".py":
+        text = code_text(path.read_text())
+    else:
+        return digest(path)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _name(path: Path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def inputs(source: Path) -> dict[str, str]:
-    """`repo-relative path -> content hash` for every file of the chapter's closure."""
-    return {_name(p): digest(p) for p in closure(source)}
+    """`repo-relative path -> fingerprint` for every file of the chapter's closure."""
+    return {_name(p): fingerprint(p, chapter=p == source) for p in closure(source)}
 
 
 def read_digests(reads: list[str]) -> dict[str, str]:
