@@ -53,7 +53,8 @@ burst_newcomer_share = 0.3    # each fresh prompt, as a share of the KV budget (
 burst_stagger_s = 0.2         # vLLM: the burst's requests are queued this far apart while the engine is paused
 few_shot_pairs = 3            # caching on and off: few-shot pairs (cache emptied, one cold request, one cached)...
 rounds = 3                    # ... and the rounds they (and the salted bursts) run in, interleaved
-salted_requests = 2           # caching on and off under load: few-shot requests sent at once, without and with a salt
+salted_requests = None        # caching on and off under load: few-shot requests sent at once, without and with a
+                              # salt; None: prefix_salt.burst_size (2 on the cpu profile, up to 16 on a GPU)
 salted_output_tokens = 4      # ... each generating exactly this many tokens
 fork_tree = {"branches": 2, "sub_branches": 2}  # the agent tree run with SGLang's frontend fork
 fork_max_tokens = 8           # tokens each of its generations produces at most (greedy)
@@ -370,6 +371,8 @@ print(f"vLLM {vllm.version()}: {vllm_built['blocks']} blocks of {vllm_built['blo
       f"({vllm_built['usable']} usable), enable_prefix_caching={vllm_config['enable_prefix_caching']}")
 vllm_hits, vllm_rates = measured_hits(vllm, {n: tokens[n] for n in [*hit_workloads, "cycle"]}, ids)
 vllm_pairs = on_off_pairs(vllm, tokens["few_shot"], ids["few_shot"], pairs=few_shot_pairs, rounds=rounds)
+salted_requests = salted_requests or prefix_salt.burst_size(
+    prof, kv_tokens, max(map(len, tokens["few_shot"])) + salted_output_tokens)
 salted = make("few_shot", seed, **{**workload_sizes["few_shot"], "requests": salted_requests + 1})
 vllm_salted = prefix_salt.on_off(vllm, salted[0].messages, [r.messages for r in salted[1:]],
                                  output_tokens=salted_output_tokens, rounds=rounds)
@@ -980,7 +983,11 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 # over the median cached time of its pairs). The cold and the cached request of a pair run back
 # to back, so a slow moment lands on both. The chapter states the median round and the lowest and
 # highest; "faster with the cache on" holds only if every round says so
-# (`on_off_ttft` in `servelab/measure/prefix_analysis.py`).
+# (`on_off_ttft` in `servelab/measure/prefix_analysis.py`). The cold request always comes first,
+# right after the flush, so it also pays whatever the flush leaves behind: on a GPU, SGLang's
+# `flush_cache` (`Scheduler.flush_cache` in `sglang/srt/managers/scheduler.py`) also empties the
+# device allocator's cache, so its cold request can include allocating memory again. That leans
+# the ratio towards the cache, by an amount this chapter does not measure.
 #
 # This is time to first token of one request at a time. Throughput under load is measured further
 # below, with the cache turned off for requests that run together.
@@ -1028,9 +1035,10 @@ print(on_off["on ahead in every round"].all(), (on_off["cached tokens off (sum)"
 
 # %% [markdown]
 # With the cache emptied a request prefills its whole prompt; with it on, only its own question.
-# Both engines skip most of the prefill's tokens, but the time left is not in proportion to the
-# tokens left, and not by the same amount in both engines (the printed lines). A likely reason, read
-# from the sources and not measured here, is the attention kernel. vLLM's CPU attention backend
+# Both engines skip most of the prefill's tokens. Whether the time shrinks as much as the tokens,
+# and by the same amount in both engines, the lines printed above show for this run: the share of
+# the tokens prefilled beside the share of the time left. Where the time shrinks less than the tokens, a likely
+# reason, read from the sources and not measured here, is the attention kernel. vLLM's CPU attention backend
 # hands only the new tokens' queries to its kernel (`v1/attention/backends/cpu_attn.py`). SGLang's
 # `torch_native` backend, the one the SGLang cell above prints on the cpu profile, pads the new
 # queries back to the full sequence and runs attention over all of it (`_run_sdpa_forward_extend` in
@@ -1223,10 +1231,11 @@ verdict
 #   reusing requests scheduled together prefilled it again; `lpm` kept it, an option that is off by
 #   default and that falls back to first come, first served when the queue is long. What vLLM's
 #   `fcfs` kept is printed below.
-# - **Time.** With the cache on, the time left was not in proportion to the tokens left, and not
-#   equally in both engines (the section on caching on and off); the attention kernel is the
-#   likely reason. In every round, a burst sharing the few-shot system prompt ran faster with the
-#   cache on than with a salt per request, on both engines; the ratios are printed below.
+# - **Time.** With the cache on, a request's time to first token shrank, but not necessarily in
+#   proportion to the tokens it no longer prefilled; the section on caching on and off prints both
+#   shares, and where they part, the attention kernel is the likely reason. In every round, a burst
+#   sharing the few-shot system prompt ran faster with the cache on than with a salt per request,
+#   on both engines; the ratios are printed below.
 # - **Memory.** Both engines hold a shared prefix once; at the block sizes printed above, the
 #   tree fitted more requests that share one than the blocks did.
 #

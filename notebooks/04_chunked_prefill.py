@@ -167,10 +167,11 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # %% [markdown]
 # ## The real engines, measured
 #
-# One server per setting, since every budget is a server flag. The three servers of one engine
-# run side by side (on a GPU, where each asks for most of the card, one after the other). Each is
-# calibrated if marked so (below), then runs the scenario once untimed, so that no measured run pays
-# the server's one-off costs. Then the scenario runs in `rounds` rounds: in each, every server of
+# One server per setting, since every budget is a server flag. On the cpu profile the three servers
+# of one engine run side by side; on a GPU, where each asks for most of the card, only one runs at a
+# time, so each round starts each server afresh. Each server is calibrated if marked so (below, on
+# its first start), then runs the scenario once untimed after every start, so that no measured run
+# pays the server's one-off costs. The scenario runs in `rounds` rounds: in each, every server of
 # the engine once, in turn, the first server changing from round to round, each round with fresh
 # prompts, so nothing is served from the prefix cache of another round. A slow stretch of the
 # machine then lands on every setting of the round, and each ratio below is one per round: the
@@ -563,8 +564,10 @@ print("Simulator, mean |error| over the servers: " + ", ".join(f"{m} {100 * mean
 print(f"Late gaps over early gaps during the prefill: vLLM {growth.filter(like='vllm').min():.2f} to "
       f"{growth.filter(like='vllm').max():.2f}, SGLang with mixed chunk {growth.filter(like='sglang').max():.2f}.")
 vllm_err = error_table.filter(like="vllm", axis=0)[compared]
+vllm_growth = growth_table.filter(like="vllm", axis=0)
 print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vllm_err.max().max():.0f}% "
-      f"although its late/early ratio stays at most {growth.filter(like='vllm').max():.2f}.")
+      f"although the median round of its late/early ratio is at most {vllm_growth['late gap / early gap'].max():.2f} "
+      f"(single rounds up to {vllm_growth['highest round'].max():.2f}).")
 
 # %% [markdown]
 # The articles' claim that chunked prefill keeps long prompts from stalling generation holds for
@@ -577,8 +580,9 @@ print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vll
 # since the decodes take their rows off every chunk. The simulator gets the shape of the trade-off
 # but under-predicts its level. For SGLang with mixed chunk part of that is the chunks getting more
 # expensive as the prompt grows (its late/early gap ratio), which a linear cost model would need a
-# term for, calibrated with prompts long enough to be chunked; for vLLM the late/early ratio stays
-# close to one, so that is not the cause there, and the cause is left open. Every ratio is the
+# term for, calibrated with prompts long enough to be chunked; for vLLM the median round of the
+# late/early ratio stays close to one (a single round can reach higher, printed above), so that is
+# not the main cause there, and the cause is left open. Every ratio is the
 # median of the rounds, printed with their range; the checks above hold in every round. A smaller
 # budget is not free either: it buys shorter gaps for the streams and costs the long prompt the fixed cost of
 # every step it adds.

@@ -418,9 +418,11 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # All of that, the tasks and the sweep, runs `rounds` times, round by round: each round measures
 # every server once, in turn, so a stretch where something else slows the machine falls on all
 # servers alike (`speculative_load.schedule`). Round r starts at server r mod n, so no server
-# always takes the same place in a round: the plain one is not always first, and the server after
-# it changes where a round ends with it. On a GPU, where one server fits at a time, each server
-# runs its rounds back to back instead.
+# always takes the same place in a round: the plain one is not always first, and its neighbours in
+# the order change from round to round. On a GPU, where one server fits at a time, each server
+# runs its rounds back to back instead. There a drift of the machine between one server's rounds
+# and the next server's is not spread over both, so a verdict on a GPU says less than one on the
+# cpu profile: rounds that agree show that one server's timings repeat, not that nothing drifted.
 #
 # Before its first timed round every server has a warm-up, untimed and not recorded
 # (`live.warm_up`): it answers the tasks once, as a round asks them, and runs one wave of the
@@ -559,9 +561,10 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 # within timing noise of 1 may swap places): the gain follows what the counters say was accepted.
 # Prompt lookup's "c that fits" gathers whatever the prediction leaves out one request at a time:
 # the lookup, the extra bookkeeping per step, and timing noise. It is small, and it can come out
-# negative: the speedup is the median of a few rounds, each pairing two answers timed one after
-# the other, so a few percent of timing noise on a shared machine is a c of that size; the error
-# bars (lowest to highest round) and the control task, where almost nothing was accepted, show how
+# negative: the speedup is the median of a few rounds, each pairing two answers timed apart
+# (one after the other on the cpu profile, whole server runs apart on a GPU), so a few percent of
+# timing noise on a shared machine is a c of that size; the error bars (lowest to highest round)
+# and the control task, where almost nothing was accepted, show how
 # large that noise is in this run.
 #
 # ### A draft model made from the target

@@ -25,9 +25,9 @@
 # The client is vLLM's own benchmark, `vllm bench serve` (`vllm/benchmarks/serve.py`). It speaks
 # only the OpenAI-compatible HTTP API, so it can load an SGLang server exactly as it loads a vLLM
 # server: the same prompts, the same arrival times and the same code computing time to first token
-# (TTFT), inter-token latency (ITL) and end-to-end latency. The engines run one at a time, never
-# side by side: both servers are up, but they take turns, so neither competes with the other for
-# the machine while it is measured.
+# (TTFT), inter-token latency (ITL) and end-to-end latency. The engines are measured one at a
+# time, taking turns, so neither competes with the other for the machine while it is measured: on
+# the cpu profile both servers stay up side by side, on a GPU each round starts each server afresh.
 
 # %% tags=["parameters"]
 profile = "auto"
@@ -114,15 +114,17 @@ pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max
 # %% [markdown]
 # ## Head-to-head
 #
-# Both servers start, and then take turns: in each of `rounds` rounds every run goes to one server
-# and then to the other, through the benchmark client (one process per server and round), and the
-# server that goes first changes from round to round. Each round has seeds of its own, so no round
-# is served from the prefix cache an earlier round filled. A slow stretch of the host then lands
-# on both engines, and every ratio below comes with the range of its rounds. On a GPU the two
-# servers do not fit side by side (each asks for most of the card's memory at start), so there
-# each server's rounds run back to back, one server after the other, and the range of the rounds
-# shows how much one server varies, not a drift between the two. The client runs on the same
-# machine as the servers, and on the cpu profile they share its cores, for both engines alike.
+# The servers take turns: in each of `rounds` rounds every run goes to one server and then to the
+# other, through the benchmark client (one process per server and round), and the server that goes
+# first changes from round to round. Each round has seeds of its own, so no round is served from
+# the prefix cache an earlier round filled (the conversations' system prompts start with their
+# round's seed, so two rounds share no more than the chat template's opening tokens). A slow
+# stretch of the host then lands on both engines, and every ratio below comes with the range of its
+# rounds. On the cpu profile both servers stay up side by side. On a GPU they do not fit together
+# (each asks for most of the card's memory at start), so there every round starts each server
+# afresh, in the same turns, with its warm-up run: six starts instead of two, so that a drift of the
+# machine lands on both engines there too. The client runs on the same machine as the servers, and
+# on the cpu profile they share its cores, for both engines alike.
 
 # %%
 from servelab.measure.chapter_servers import c06
@@ -456,7 +458,7 @@ for _, row in selection.iterrows():
     print(f"{row.situation}\n  measured: {row.measured}\n  leaning: {row.leaning}\n  evidence: {row.evidence}")
 
 # %% [markdown]
-# Read it as where to start, not as a verdict: each row is a single run on one machine, and the
+# Read it as where to start, not as a verdict: each row is a few rounds on one machine, and the
 # leaning is the measured direction, not a margin that would hold on another model or GPU. Two rows
 # can point different ways for the same workload: a prefix-cache hit rate counts cached tokens
 # only, while a latency includes everything else each engine spends per step. Where the articles'

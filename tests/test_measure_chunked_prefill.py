@@ -115,6 +115,26 @@ def test_scenario_specs_send_the_long_prompt_after_the_last_streams_warm_up():
     assert len({tuple(s.prompt[:8]) for s in specs}) == 4  # no shared prefix
 
 
+def test_no_round_of_the_scenario_reuses_a_calibration_prompt(fake_server, monkeypatch):
+    """A round's prompts (seed + 1 + round) and the calibration's come from disjoint seeds, for any round."""
+    from servelab.measure import chunked_prefill
+
+    used = []
+    monkeypatch.setattr(chunked_prefill, "prompt_ids",
+                        lambda tokens, seed: used.append(seed) or prompt_ids(tokens, seed))
+    calibrate(fake_server, prompt_lengths=[8, 16], batch_sizes=[2, 3], contexts=[8], budget=32, decode_tokens=6,
+              repeats=1, progress=False)
+    scenario = Scenario(streams=3, stream_prompt_tokens=8, stream_output_tokens=4, long_prompt_tokens=8,
+                        warmup_tokens=1)
+    last = chunked_prefill.CALIBRATION_SEEDS // 1000 - 1
+    calibration, used[:] = set(used), []
+    for seed in (0, 5, 9, 901, last):  # round 4 of seed 0 was seed 5, once a calibration prompt's
+        scenario_specs(scenario, seed)
+    assert used and not calibration & set(used)
+    with pytest.raises(ValueError, match=f"scenario seed must be in 0..{last}, got {last + 1}"):
+        scenario_specs(scenario, last + 1)
+
+
 @pytest.mark.parametrize("engine, budget, kwargs, expected", [
     ("vllm", 512, {}, {"max_num_batched_tokens": 512}),
     ("vllm", 2048, {"chunking": False}, {"max_num_batched_tokens": 2048, "no_enable_chunked_prefill": True}),
@@ -346,6 +366,11 @@ def test_measure_rounds_calibrates_warms_up_and_runs_every_config_once_per_round
         live.collect([live.LiveRuns(runs.stats.iloc[:1], runs.chunks, runs.calibration)] * 2)
     with pytest.raises(ValueError, match="each have a server"):
         live.measure_rounds(configs, {}, sc, rounds=1, together=True)
+    started.clear()  # one at a time (a GPU): every round starts each server again, calibrating only the first time
+    apart = live.measure_rounds(configs, servers, sc, rounds=2, together=False, calibration=calibration)
+    assert apart.stats[["round", "config"]].values.tolist() == runs.stats[["round", "config"]].values.tolist()
+    assert len(started) == 4 and not any(s.running for s in servers.values())
+    assert len(apart.calibration) == len(runs.calibration)
     server = _Running(fake_server, "vllm", log, [])
     with pytest.raises(ValueError, match="is for sglang"):
         live.measure_round(server, live.LiveConfig("sglang", 32), sc, round=0)

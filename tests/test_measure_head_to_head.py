@@ -33,9 +33,16 @@ def test_plan_covers_every_workload_and_sizes_from_the_context_window():
 def test_multi_turn_chats_interleave_conversations_turn_by_turn():
     chats = h.multi_turn_chats(0, 2, 3)
     systems = [c[0]["content"].split(".")[0] for c in chats]
-    assert systems == ["Conversation 0", "Conversation 1"] * 3
+    assert systems == ["Run 0, conversation 0", "Run 0, conversation 1"] * 3
     assert [len(c) for c in chats] == [2, 2, 4, 4, 6, 6]  # each turn re-sends the conversation so far
     assert chats[2][:2] == chats[0]
+
+
+def test_rounds_conversations_differ_from_the_first_word_after_the_template():
+    """Each round has a seed of its own; its system prompts part from another round's at the seed."""
+    first, second = (h.multi_turn_chats(seed, 2, 1) for seed in (0, h.ROUND_SEEDS))
+    for a, b in zip(first, second, strict=True):
+        assert a[0]["content"].startswith("Run 0,") and b[0]["content"].startswith(f"Run {h.ROUND_SEEDS},")
 
 
 @pytest.mark.parametrize(("change", "word"), [
@@ -156,7 +163,8 @@ def test_measure_rounds_turns_the_order_round_by_round(monkeypatch):
     called.clear()
     h.measure_rounds({"vllm": _Stand("vllm"), "sglang": _Stand("sglang")}, [runs] * 2, together=False,
                      output_tokens=4, warm=h.warm_up(runs))
-    assert called == [("vllm", True), ("vllm", False), ("sglang", True), ("sglang", False)]
+    # one at a time (a GPU): the same turns, each round a fresh start with its own warm-up
+    assert called == [("vllm", True), ("sglang", True), ("sglang", True), ("vllm", True)]
     with pytest.raises(ValueError, match="at least one server and one round, got 2 and 0"):
         h.measure_rounds({"vllm": _Stand("a"), "sglang": _Stand("b")}, [], together=True, output_tokens=4)
 

@@ -141,6 +141,19 @@ def test_in_rounds_one_at_a_time_runs_each_servers_rounds_back_to_back_and_stops
         in_rounds(servers, 0, together=True, measure=broken)
 
 
+def test_in_rounds_one_at_a_time_with_restarts_takes_the_same_turns_starting_each_server_every_round():
+    log: list = []
+    servers = _servers(log, delay=0.0)
+    prepared, alone = [], []
+    got = in_rounds(servers, 3, together=False, restart=True,
+                    measure=lambda name, server, r: alone.append(sum(s.running for s in servers.values())),
+                    prepare=lambda name, server: prepared.append(name))
+    order = [(0, "a"), (0, "b"), (0, "c"), (1, "b"), (1, "c"), (1, "a"), (2, "c"), (2, "a"), (2, "b")]
+    assert [(r, name) for r, name, _ in got] == order and set(alone) == {1}
+    assert prepared == [name for _, name in order]  # every start is prepared (warmed up) again
+    assert [e[0] for e in log].count("start") == 9 and not any(s.running for s in servers.values())
+
+
 def test_servers_run_side_by_side_only_where_the_profile_bounds_their_kv_memory():
     from servelab.machine import profiles
 

@@ -34,6 +34,7 @@ from servelab.measure.prefix_cache_live import (
     cache_options,
     chat_token_ids,
     counters,
+    flush,
     measured_hits,
     on_off_pairs,
     predict_hits,
@@ -262,9 +263,15 @@ def _fake_server_class():
         def do_POST(self):  # noqa: N802
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if self.path in ("/reset_prefix_cache", "/flush_cache"):
+                vllm = self.state["engine"] == "vllm"
+                if self.state.get("refusals"):  # blocks still held: what each engine answers then
+                    self.state["refusals"] -= 1
+                    return self._reply(200, '{"success": false}', "application/json") if vllm else \
+                        self._reply(400, "Flush cache failed.")
                 self.state["flushes"] += 1
                 self.state["cache"].clear()
-                return self._reply(200)
+                return self._reply(200, '{"success": true}', "application/json") if vllm else \
+                    self._reply(200, "Cache flushed.")
             if self.path.split("?")[0] in ("/pause", "/pause_generation", "/resume", "/continue_generation"):
                 self.state["pauses"].append(self.path)
                 resume = self.path in ("/resume", "/continue_generation")
@@ -569,3 +576,16 @@ def test_predicted_radix_hits_come_in_whole_pages_of_the_servers_page_size():
     assert predict_hits("radix", prompts, capacity=4096, page_size=64) == [0, 192, 192]  # 200 inserted as 192
     with pytest.raises(ValueError, match="page_size must be a positive"):
         predict_hits("radix", prompts, capacity=4096, page_size=0)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_flush_retries_a_refusal_and_raises_when_the_cache_is_never_emptied(engine_stand_in, engine):
+    server, state = engine_stand_in
+    state["engine"], state["refusals"] = engine, 2
+    server.engine = engine
+    flush(server, wait_s=0)
+    assert state["flushes"] == 1 and state["refusals"] == 0
+    state["refusals"] = 5
+    with pytest.raises(RuntimeError, match=f"{engine} did not empty its prefix cache .* in 3 tries"):
+        flush(server, tries=3, wait_s=0)
+    assert state["flushes"] == 1

@@ -100,3 +100,25 @@ def test_per_request_options_need_one_dict_per_prompt() -> None:
 
     with pytest.raises(ValueError, match="per_request needs one dict per prompt: 1 for 2 prompts"):
         run_load(Nowhere(), ["a", "b"], per_request=[{}])
+
+
+@pytest.mark.parametrize("name", ["gpu-24g", "gpu-80g"])
+def test_on_a_gpu_the_salted_burst_is_many_prefills_that_still_fit_the_chapter_kv_budget(name) -> None:
+    from servelab.machine import profiles
+    from servelab.measure.chapter_servers import c03
+
+    prof = profiles.load(name)
+    kv = c03.servers(prof, kv_tokens=None)["vllm"].options["kv_cache_tokens"]
+    request = 800  # a few-shot prompt of the chapter's 560 system words and its output, generously tokenized
+    size = ps.burst_size(prof, kv, request)
+    assert 4 <= size <= 16 and size * -(-request // 16) * 16 <= kv  # vLLM's GPU block: 16 tokens
+
+
+def test_the_salted_burst_is_two_requests_on_the_cpu_and_bounded_by_its_arguments() -> None:
+    from servelab.machine import profiles
+
+    assert ps.burst_size(profiles.load("cpu"), 2304, 700) == 2
+    gpu = profiles.load("gpu-80g")
+    assert ps.burst_size(gpu, 100_000, 100) == 16 and ps.burst_size(gpu, 1000, 900) == 2
+    with pytest.raises(ValueError, match="got 0 and 5"):
+        ps.burst_size(gpu, 0, 5)

@@ -185,7 +185,7 @@ def _chunked(folder: Path, indicative: bool) -> list[dict]:
 
 
 _SPEEDUP = re.compile(r"^speedup, (.*?(\d+) requests?)$")
-# chapter 05 states each speedup with the lowest and highest of its interleaved rounds; a speedup whose rounds
+# chapter 05 states each speedup with the lowest and highest of its rounds; a speedup whose rounds
 # straddle 1 keeps chapter 05's words, which name the number of rounds (spec_load.not_resolved)
 _VERDICT = {"faster": "helps", "slower": "hurts"}
 

@@ -145,10 +145,17 @@ def window_stats(run: StreamRun, long: str = LONG) -> dict[str, float]:
     return {"long_ttft_s": first - sent, **itl_summary(streams, sent, first)}
 
 
+# Prompt seeds: a scenario's are seed * 1000 + i, below CALIBRATION_SEEDS; the calibration's start there, so no
+# calibration prompt is ever a scenario's (whose first tokens the server would then find cached).
+CALIBRATION_SEEDS = 10_000_000
+
+
 def scenario_specs(scenario: Scenario, seed: int = 0) -> list[StreamSpec]:
     """The simulator's scenario as requests: the streams at once, the long prompt after the last
     stream's ``warmup_tokens``-th chunk (the last stream sent is the last admitted, so all are decoding).
     Every prompt is fresh (seeded by ``seed``), so nothing is cached."""
+    if not 0 <= seed < CALIBRATION_SEEDS // 1000:
+        raise ValueError(f"scenario seed must be in 0..{CALIBRATION_SEEDS // 1000 - 1}, got {seed}")
     specs = [StreamSpec(stream_name(i), prompt_ids(scenario.stream_prompt_tokens, seed * 1000 + i),
                         scenario.stream_output_tokens) for i in range(scenario.streams)]
     return [*specs, StreamSpec(LONG, prompt_ids(scenario.long_prompt_tokens, seed * 1000 + 999),
@@ -198,15 +205,16 @@ def calibrate(server: Endpoint, *, prompt_lengths: Sequence[int], batch_sizes: S
     if not prefills or not batches:
         raise ValueError("calibration needs prompt_lengths, batch_sizes and contexts (and repeats >= 1)")
     bar = tqdm(total=1 + len(prefills) + len(batches), desc="calibrating step costs", disable=not progress)
-    stream_tokens(server, [StreamSpec("warm-up", prompt_ids(16, seed * 10_000 + 9_999), 2)])
+    base = CALIBRATION_SEEDS + seed * 10_000
+    stream_tokens(server, [StreamSpec("warm-up", prompt_ids(16, base + 9_999), 2)])
     bar.update()
     rows = []
     for i, length in enumerate(prefills):
-        run = stream_tokens(server, [StreamSpec("prefill", prompt_ids(length, seed * 10_000 + i), 1)])
+        run = stream_tokens(server, [StreamSpec("prefill", prompt_ids(length, base + i), 1)])
         rows += [{"source": "prefill", **vars(s)} for s in prefill_samples(run, budget)]
         bar.update()
     for j, (batch, context) in enumerate(batches):
-        specs = [StreamSpec(f"decode {k}", prompt_ids(context, seed * 10_000 + 5000 + 100 * j + k), decode_tokens)
+        specs = [StreamSpec(f"decode {k}", prompt_ids(context, base + 5000 + 100 * j + k), decode_tokens)
                  for k in range(batch)]
         rows.append({"source": "decode", **vars(decode_sample(stream_tokens(server, specs)))})
         bar.update()

@@ -12,6 +12,7 @@ scenario with each engine's fitted cost model; ``errors`` sets prediction agains
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -168,19 +169,27 @@ def collect(parts: Sequence[LiveRuns]) -> LiveRuns:
 def measure_rounds(configs: Sequence[LiveConfig], servers: Mapping[str, Any], scenario: Scenario, *, rounds: int,
                    together: bool, calibration: Mapping[str, Any] | None = None, seed: int = 0) -> LiveRuns:
     """Every config's server (``servers``: by label, not yet started), engine by engine, in ``rounds`` rounds
-    (``servelab.measure.lineup.in_rounds``): side by side (``together``) the servers of one engine take turns
-    within each round; else each server's rounds run back to back. Each server is ``prepare``d first."""
+    (``servelab.measure.lineup.in_rounds``): the servers of one engine take turns within each round, side by
+    side (``together``) or else each started afresh for every round. Each start is ``prepare``d first (its
+    calibration, where marked, only on its first start)."""
     labels = [c.label for c in configs]
     if not configs or len(set(labels)) != len(labels) or set(labels) - set(servers):
         raise ValueError(f"configs must be distinct, non-empty and each have a server; got {labels} "
                          f"for servers {sorted(servers)}")
     by_label = {c.label: c for c in configs}
     parts, samples = [], []
+    calibrated: set[str] = set()
+
+    def ready(label: str, server: Any) -> None:
+        cfg = by_label[label]
+        if label in calibrated:  # a restart: only the untimed warm-up run
+            cfg = dataclasses.replace(cfg, calibrate=False)
+        calibrated.add(label)
+        samples.append(prepare(server, cfg, scenario, calibration=calibration, seed=seed))
+
     for engine in dict.fromkeys(c.engine for c in configs):
         group = {c.label: servers[c.label] for c in configs if c.engine == engine}
-        done = in_rounds(group, rounds, together=together,
-                         prepare=lambda label, server: samples.append(
-                             prepare(server, by_label[label], scenario, calibration=calibration, seed=seed)),
+        done = in_rounds(group, rounds, together=together, restart=not together, prepare=ready,
                          measure=lambda label, server, r: measure_round(server, by_label[label], scenario, round=r,
                                                                         seed=seed))
         parts += [runs for _, _, runs in done]

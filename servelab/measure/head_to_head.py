@@ -184,18 +184,19 @@ def measure_rounds(servers: Mapping[str, Server], plans: Sequence[Sequence[Run]]
                    output_tokens: int, warm: Run | None = None,
                    started: Callable[[str, Server], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every round's runs on every server (`servers`: engine -> a server, not yet started), in rounds
-    (`servelab.measure.lineup.in_rounds`): side by side (`together`) the servers take turns and round r
-    starts with server r mod n; else each server's rounds run back to back. `warm` goes before each server's
-    first round only; `started(engine, server)` is called once each server is up. The tables of `measure`,
-    with a `round` column."""
+    (`servelab.measure.lineup.in_rounds`): the servers take turns and round r starts with server r mod n, side
+    by side (`together`) or else each started afresh for every round (on a GPU, where one fits at a time).
+    `warm` goes before the first round of each start; `started(engine, server)` is called after each start.
+    The tables of `measure`, with a `round` column."""
     if not servers or not plans:
         raise ValueError(f"need at least one server and one round, got {len(servers)} and {len(plans)}")
 
     def one(engine: str, server: Server, r: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-        summary, per_request = measure(server, plans[r], output_tokens=output_tokens, warm=warm if r == 0 else None)
+        first = r == 0 or not together  # apart, every round is a fresh start
+        summary, per_request = measure(server, plans[r], output_tokens=output_tokens, warm=warm if first else None)
         return summary.assign(round=r), per_request.assign(round=r)
 
-    done = in_rounds(servers, len(plans), together=together, measure=one, prepare=started)
+    done = in_rounds(servers, len(plans), together=together, measure=one, prepare=started, restart=not together)
     return (pd.concat([d[0] for _, _, d in done], ignore_index=True),
             pd.concat([d[1] for _, _, d in done], ignore_index=True))
 

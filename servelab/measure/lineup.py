@@ -5,9 +5,11 @@ at once and their starts (mostly imports, each in its own processes) can overlap
 server uses next to no CPU, so one can be measured while the others wait. On a GPU profile each
 server claims most of the GPU's memory: there they must run one at a time (`side_by_side`).
 
-`in_rounds` measures several servers in rounds: side by side, each round measures every server in
-turn, round r starting with server r mod n, so whatever slows the machine for a while falls on all
-of them; one at a time, each server's rounds run back to back.
+`in_rounds` measures several servers in rounds: each round measures every server in turn, round r
+starting with server r mod n, so whatever slows the machine for a while falls on all of them and none
+is always first. Side by side the servers stay up; one at a time (``restart``) every round starts each
+server afresh, or (without it) each server's rounds run back to back, which costs one start a server
+but leaves a drift of the machine between servers unbalanced.
 """
 
 from __future__ import annotations
@@ -100,25 +102,40 @@ def side_by_side(profile: Profile) -> bool:
 
 def in_rounds(servers: Mapping[str, Server], rounds: int, *, together: bool,
               measure: Callable[[str, Server, int], T],
-              prepare: Callable[[str, Server], None] | None = None) -> list[tuple[int, str, T]]:
+              prepare: Callable[[str, Server], None] | None = None,
+              restart: bool = False) -> list[tuple[int, str, T]]:
     """``measure(name, server, round)`` for every server in every round, as (round, name, result).
 
     ``together``: every server started, ``prepare``d once, then each round measures them all in turn,
-    round r starting with the (r mod n)-th. Otherwise one server at a time: started, prepared, its rounds
-    back to back, stopped. Every server is stopped at the end, also when a measurement fails.
+    round r starting with the (r mod n)-th. Otherwise one server at a time: with ``restart`` the same turns,
+    each server started and ``prepare``d afresh for every round (rounds x servers starts); without it, each
+    server started, prepared, its rounds back to back, stopped. Every server is stopped at the end, also when
+    a measurement fails.
     """
     rounds = int_at_least("rounds", rounds, 1)
     names = list(servers)
     lineup = Lineup(servers, together=together, background=True)
     out: list[tuple[int, str, T]] = []
+
+    def turns(r: int) -> list[str]:
+        k = r % len(names)
+        return names[k:] + names[:k]
+
     try:
         if together:
             for name in names:
                 if prepare:
                     prepare(name, lineup.take(name))
             for r in range(rounds):
-                k = r % len(names)
-                out += [(r, name, measure(name, lineup.take(name), r)) for name in names[k:] + names[:k]]
+                out += [(r, name, measure(name, lineup.take(name), r)) for name in turns(r)]
+        elif restart:
+            for r in range(rounds):
+                for name in turns(r):
+                    server = lineup.take(name)  # the one before it stopped
+                    if prepare:
+                        prepare(name, server)
+                    out.append((r, name, measure(name, server, r)))
+                    server.stop()
         else:
             for name in names:
                 server = lineup.take(name)

@@ -67,10 +67,23 @@ def chat_token_ids(server: Server, messages: Sequence[Message]) -> list[int]:
     return reply.json()["tokens"]
 
 
-def flush(server: Server) -> None:
-    """Empty the engine's prefix cache (no request may be running)."""
+FLUSH_TRIES = 10
+
+
+def flush(server: Server, tries: int = FLUSH_TRIES, wait_s: float = 0.5) -> None:
+    """Empty the engine's prefix cache, or raise. Both engines refuse while blocks are still held (a request
+    just finishing): vLLM answers 200 with ``{"success": false}`` (``serve/dev/cache/api_router.py``,
+    ``reset_prefix_cache``, "callers may retry"), SGLang 400 (``http_server.py``, ``flush_cache``); so retry."""
     path = "/reset_prefix_cache" if server.engine == "vllm" else "/flush_cache"
-    httpx.post(server.url + path, timeout=60).raise_for_status()
+    for _ in range(tries):
+        reply = httpx.post(server.url + path, timeout=60)
+        if reply.status_code == 200 and (server.engine != "vllm" or reply.json().get("success") is True):
+            return
+        if reply.status_code not in (200, 400):
+            reply.raise_for_status()
+        time.sleep(wait_s)
+    raise RuntimeError(f"{server.engine} did not empty its prefix cache ({path}) in {tries} tries: "
+                       f"last answer {reply.status_code} {reply.text.strip()[:80]!r}")
 
 
 def counters(server: Server) -> dict[str, float]:

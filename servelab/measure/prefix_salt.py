@@ -26,6 +26,7 @@ import pandas as pd
 from servelab.engines.client import run_load
 from servelab.engines.server import Server
 from servelab.integers import int_at_least
+from servelab.machine.profiles import Profile
 from servelab.measure.prefix_cache_live import counters, flush
 from servelab.measure.prefix_workloads import Message
 from servelab.measure.rounds import every_round_above, spread
@@ -41,6 +42,16 @@ def unique_salts(count: int, tag: str) -> list[str]:
     if len(salts[-1]) > 128 or _FORBIDDEN & set(tag):
         raise ValueError(f"tag {tag!r} makes salts vLLM refuses (at most 128 characters, none of @ / \\ NUL)")
     return salts
+
+
+def burst_size(profile: Profile, kv_tokens: int, request_tokens: int, most: int = 16) -> int:
+    """Requests in the salted burst. 2 on the CPU, where prefilling one few-shot prefix takes longer than the
+    burst's decoding. On a GPU one prefill takes milliseconds, so only many uncached copies of the prefix
+    outweigh the decode steps' noise: as many as fill half of ``kv_tokens`` with requests of ``request_tokens``
+    (prompt and output), at most ``most``, at least 2 (the chapter checks that the burst fits)."""
+    if kv_tokens < 1 or request_tokens < 1:
+        raise ValueError(f"need kv_tokens >= 1 and request_tokens >= 1; got {kv_tokens} and {request_tokens}")
+    return 2 if profile.device == "cpu" else max(2, min(most, kv_tokens // 2 // request_tokens))
 
 
 def request_options(count: int, output_tokens: int, salts: Sequence[str] | None) -> list[dict[str, Any]]:

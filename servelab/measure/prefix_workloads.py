@@ -72,7 +72,8 @@ def multi_turn(seed: int = 0, conversations: int = 2, turns: int = 4, system_wor
     """``conversations`` chats of ``turns`` requests each; request k re-sends request k-1 plus two messages."""
     out = []
     for c in range(conversations):
-        messages = [_msg("system", f"Conversation {c}. " + _text(seed, f"mt-sys-{c}", system_words))]
+        # the seed first: two seeds' conversations share no more than the chat template's opening tokens
+        messages = [_msg("system", f"Run {seed}, conversation {c}. " + _text(seed, f"mt-sys-{c}", system_words))]
         parent = None
         for t in range(turns):
             if t:

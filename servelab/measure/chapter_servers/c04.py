@@ -7,7 +7,10 @@ from typing import Any
 from servelab.machine.profiles import Profile
 from servelab.measure import chunked_prefill_live as live
 from servelab.measure.chapter_servers import Launch, by_name
+from servelab.measure.lineup import side_by_side
 
 
-def servers(profile: Profile, **parameters: Any) -> dict[str, Launch]:
-    return by_name(*(Launch(cfg.label, cfg.engine, cfg.options()) for cfg in live.chapter_configs(profile.chunk_sizes)))
+def servers(profile: Profile, rounds: int = 3, **parameters: Any) -> dict[str, Launch]:
+    starts = 1 if side_by_side(profile) else rounds  # one at a time, every round starts each server afresh
+    return by_name(*(Launch(cfg.label, cfg.engine, cfg.options(), starts=starts)
+                     for cfg in live.chapter_configs(profile.chunk_sizes)))
