@@ -225,6 +225,18 @@ def test_markdown_is_translated_block_by_block():
     assert missing == ["`code` item"]
 
 
+def test_a_dropdowns_title_and_body_are_translated_and_its_fences_kept():
+    cell = "Core.\n\n:::{dropdown} How we know: the source\nThe engine\ndoes it.\n\n- a point\n:::\n\nAfter."
+    messages = {"How we know: the source": "Woher wir es wissen: die Quelle",
+                "The engine does it.": "Die Engine tut es.", "a point": "ein Punkt", "After.": "Danach."}
+    text, missing = translated_notebooks.translate_markdown(cell, messages)
+    assert text == ("Core.\n\n:::{dropdown} Woher wir es wissen: die Quelle\nDie Engine tut es.\n\n- ein Punkt\n:::"
+                    "\n\nDanach.")
+    assert missing == ["Core."]
+    ending = "Core.\n\n:::{dropdown} How we know: the source\nThe engine\ndoes it.\n:::"  # the cell's last token
+    assert translated_notebooks.translate_markdown(ending, messages)[0].endswith("Die Engine tut es.\n:::")
+
+
 def test_the_intro_is_translated_in_every_language():
     """The pilot page: complete in all four catalogs, so the pipeline is proven end to end."""
     for lang in catalogs.TRANSLATED:

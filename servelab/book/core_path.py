@@ -6,10 +6,11 @@ The convention (CONTRIBUTING.md, "Core path and evidence layer"): evidence prose
     ...
     :::
 
-(rendered collapsed in the book, read as plain text in Jupyter) or in a markdown cell tagged ``evidence``.
-Everything else in a markdown cell is core path. `measure` counts the core words the way
-`../shared/tools/chapter-budget` does (a code span is one word, link targets are not read) and finds
-the "What to remember" heading and any engine source line number (which rots with every pin).
+rendered collapsed in the book and read as plain text in Jupyter. Everything else in a markdown cell is
+core path (a cell tag would not do: the book renders a tagged markdown cell like any other). `measure`
+counts the core words the way `../shared/tools/chapter-budget` does (a code span is one word, link targets
+are not read) and finds the "What to remember" heading and any engine source line number (which rots with
+every pin).
 
 `python -m servelab.book.core_path [notebooks/NN_name.py ...]` prints one line per chapter.
 """
@@ -21,8 +22,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-EVIDENCE_TAG = "evidence"
-SKIP_TAGS = {EVIDENCE_TAG, "hide-cell", "remove-cell"}
 FENCE = re.compile(r"^(`{3,}|:{3,})\s*\{([\w-]+)\}")
 WORD = re.compile(r"[A-Za-z0-9][\w'’-]*")
 LINE_REF = re.compile(r"\blines? \d{2,}|\.py:\d+|\bL\d{3,}\b")
@@ -79,9 +78,6 @@ def measure(source: Path) -> CorePath:
     core_words, evidence_words, largest, refs, remember = 0, 0, 0, [], False
     for cell in jupytext.read(source).cells:
         if cell.cell_type != "markdown":
-            continue
-        if SKIP_TAGS & set(cell.metadata.get("tags", [])):
-            evidence_words += words(cell.source)
             continue
         core, evidence = split(cell.source)
         n = words(core)

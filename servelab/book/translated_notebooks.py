@@ -23,12 +23,24 @@ from servelab.book.po_markup import _parser
 
 
 def blocks(markdown: str) -> list[tuple[int, int, str, str]]:
-    """(first line, end line, prefix, msgid) of each translatable block of one markdown cell."""
+    """(first line, end line, prefix, msgid) of each translatable block of one markdown cell, the title and
+    the paragraphs inside a MyST directive (``:::{dropdown} title``) included."""
     lines = markdown.splitlines()
     found = []
     tokens = _parser().parse(markdown)
-    for opening, inline in zip(tokens, tokens[1:], strict=False):
-        if opening.type not in ("paragraph_open", "heading_open") or inline.type != "inline" or not opening.map:
+    for opening, inline in zip(tokens, [*tokens[1:], None], strict=True):  # a fence can be the last token
+        if opening.type == "colon_fence" and opening.map:
+            start, end = opening.map
+            title = opening.info.partition("}")[2].strip()
+            if title:
+                found.append((start, start + 1, lines[start][:lines[start].rfind(title)], title))
+            closed = lines[end - 1].strip().startswith(":::") and end - 1 > start
+            body = lines[start + 1:end - 1 if closed else end]
+            found += [(a + start + 1, b + start + 1, prefix, msgid)  # the body, parsed as markdown of its own
+                      for a, b, prefix, msgid in blocks("\n".join(body))]
+            continue
+        if opening.type not in ("paragraph_open", "heading_open") or inline is None or inline.type != "inline" \
+                or not opening.map:
             continue
         start, end = opening.map
         first = inline.content.split("\n")[0]
