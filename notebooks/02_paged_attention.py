@@ -14,10 +14,11 @@
 # %% [markdown]
 # # PagedAttention: where KV memory goes
 #
-# The previous chapter counted how much KV cache a sequence needs. This one asks how an engine
-# should reserve it. A request arrives with a prompt; nobody knows how long its answer will be.
-# Servers before vLLM reserved one contiguous slab per request, sized for the longest answer
-# the model allows, and most of that slab was never written. vLLM's PagedAttention (Kwon et al.,
+# The previous chapter counted how much KV cache a sequence needs: the attention keys and values
+# the model keeps for every token, so that it need not recompute them. This one asks how an engine
+# should reserve it, when nobody knows how long an answer will be. Servers before vLLM reserved
+# one contiguous slab per request, sized for the longest answer the model allows, and most of that
+# slab was never written. vLLM's PagedAttention (Kwon et al.,
 # SOSP 2023) borrowed the operating system's answer to the same problem: cut memory into small
 # fixed-size blocks, give a sequence a new block only when its last one is full, and keep a block
 # table per sequence that maps its logical blocks to wherever the physical blocks happen to be.
@@ -81,11 +82,16 @@ draw_block_tables(alloc, "After one token each: A got a copy", ax=after)
 plt.show()
 
 # %% [markdown]
+# When a sequence finishes, its blocks go back to the free list; the cell below prints that list,
+# the block that will be handed out next first.
+#
+# :::{dropdown} How we know: the order in which vLLM reuses freed blocks
 # When a sequence finishes, its blocks go back to the free list. vLLM puts blocks that hold no
 # prefix-cache hash at the front of its free queue, the sequence's last block first, so the most
 # recently freed block is reused first; blocks registered in the prefix cache go to the back and
 # are evicted least recently used first (`BlockPool.free_blocks` in `vllm/v1/core/block_pool.py`).
 # Our allocator has no prefix cache, so all its blocks take the first path.
+# :::
 
 # %%
 alloc.free("B")
@@ -105,10 +111,16 @@ print("free list after B finishes, next block first:", alloc.free_block_ids())
 # - **paged:B**: blocks of B tokens taken one at a time, as vLLM does; when a running request
 #   needs a block and none is free, the most recently admitted request is preempted.
 #
+# To preempt a request is to free its blocks and send it back to the queue; when it is
+# readmitted, it computes its KV again. Every step, each slot of the KV capacity is used,
+# reserved but empty, wasted in a hole, or idle.
+#
+# :::{dropdown} How we know: the simulated workload
 # The workload's prompt and output lengths follow log-normal distributions with the mean lengths
 # the paper reports for its ShareGPT trace; the KV capacity is the paper's 15.7K token slots
 # (OPT-13B on an A100). Every step, each slot is used, reserved but empty, wasted in a hole,
 # or idle.
+# :::
 
 # %%
 workload = paging.sample_requests(sim_requests, seed=seed)
@@ -118,6 +130,10 @@ print(f"simulated {len(paging.DEFAULT_POLICIES)} policies in {comparison.seconds
 comparison.summary[["policy", "mean_batch", "max_batch", "preemptions", "used_pct", "wasted_pct"]].round(1)
 
 # %% [markdown]
+# In the simulator every step costs the same, so prefill (computing the KV of a prompt) and
+# recomputing a preempted request are free.
+#
+# :::{dropdown} How we know: what the simulator leaves out
 # The simulator is simpler than a server in ways that matter when reading these numbers. A step
 # costs the same whatever it holds, so prefill is free and so is recomputing a preempted
 # request: the simulator preempts as often as memory asks, which a real engine, paying for each
@@ -126,6 +142,7 @@ comparison.summary[["policy", "mean_batch", "max_batch", "preemptions", "used_pc
 # our choice; the paper gives only their means. That a prefill or a recomputation costs no steps
 # is an assumption of the simulator, not a result; the cell below prints what follows from the
 # others.
+# :::
 
 # %%
 sim = comparison.summary.set_index("policy")
@@ -158,6 +175,10 @@ plt.show()
 display(Markdown(quote_markdown("kv_usage_existing_systems", "fig2_breakdown", "batched_requests")))
 
 # %% [markdown]
+# The paper's bars have no idle part, so the plot below sets its Fig. 2 beside the simulation
+# averaged only over the steps in which a request waited for memory.
+#
+# :::{dropdown} How we know: how our bars map to the paper's Fig. 2
 # Averaged over the whole run, the bars above include the drain at the end, when nobody waits
 # and memory sits idle. The paper's caption speaks of the average "during the experiment", and
 # its bars have no idle part; we read it as the time in which requests were waiting for memory,
@@ -165,6 +186,7 @@ display(Markdown(quote_markdown("kv_usage_existing_systems", "fig2_breakdown", "
 # method the paper states. Fig. 2's bar labels are drawn beside it; the mapping of our states to
 # its segments is ours too: reserved and filled later is its "reservation", reserved and never
 # filled its "internal frag.", holes and stranded slots its "external frag. & others".
+# :::
 
 # %%
 ours, theirs = ["max_len", "exact", "paged:16"], ["Orca (Max)", "Orca (Oracle)", "vLLM"]
@@ -195,6 +217,10 @@ pd.DataFrame({
 }, index=[f"{a} ({b})" for a, b in zip(ours, theirs, strict=True)])
 
 # %% [markdown]
+# The paper's systems and the simulator are not the same experiment; what the simulation shows
+# is how much of the difference between the three approaches memory accounting alone explains.
+#
+# :::{dropdown} How we know: why the columns differ from the paper's
 # The two are not the same experiment, so read the columns side by side rather than expecting
 # equality: the paper served OPT-13B on an A100 with real prefill and decode times, while the
 # simulator makes every step cost the same and recomputation free, so only memory decides. The
@@ -203,7 +229,14 @@ pd.DataFrame({
 # so its batches are as large as memory allows.
 # What the simulation shows is how much of the difference between the three approaches memory
 # accounting alone explains.
+# :::
 #
+# Block size trades two things. Inside a sequence, the last block is on average half empty, so
+# larger blocks waste more (internal fragmentation); with block size 1 nothing is wasted. The
+# plot sets the simulated waste beside the expected one, `(B - 1) / 2` empty slots per running
+# request.
+#
+# :::{dropdown} How we know: the expected-waste line
 # Block size trades two things. Inside a sequence, the last block is on average half empty, so
 # larger blocks waste more (internal fragmentation, the `reserved_for_future` and `never_used`
 # parts above); with block size 1 nothing is wasted. If the lengths are spread evenly over the
@@ -211,6 +244,7 @@ pd.DataFrame({
 # expected waste is the mean batch times that, over the capacity; the plot sets it beside the
 # simulation. The expected line reuses the simulated mean batch, so the comparison tests only the
 # assumption that lengths spread evenly over the block's residues, not the batch sizes.
+# :::
 
 # %%
 paged = sim[sim.index.str.startswith("paged:")].copy()
@@ -235,12 +269,17 @@ display(Markdown(quote_markdown("attention_kernel_overhead", "default_block_size
 # %% [markdown]
 # ## The real engine under a small KV budget
 #
+# Now vLLM itself, with a deliberately small KV budget of `kv_tokens` tokens, out of which it
+# carves whole blocks; the cell prints how many blocks of how many tokens it built.
+#
+# :::{dropdown} How we know: how the budget reaches vLLM
 # Now vLLM itself. We give it a deliberately small KV budget of `kv_tokens` tokens. servelab
 # passes vLLM that many tokens' worth of bytes (`--kv-cache-memory-bytes`: tokens times the KV
 # bytes of one token of this model), and vLLM carves whole blocks out of them, sizing a block
 # from its own model config. If vLLM's bytes per token agree with ours, it builds exactly
 # `kv_tokens // block_size` blocks; that, not a prediction from the same formula, is what the
 # check below tests.
+# :::
 
 # %%
 from servelab.measure import kv_pressure, retraction
@@ -272,6 +311,14 @@ print(f"vLLM {vllm.version()}: {num_blocks} blocks of {block_size} tokens out of
 print(num_blocks == kv_tokens // block_size)
 
 # %% [markdown]
+# Next, `pressure_requests` requests of different lengths are sent at once; at full length they
+# need `pressure_overfill` times the budget. Reserving the model's maximum length per request,
+# this budget would hold only a couple of them; reserving exactly what each needs, a few more.
+# vLLM admits requests while it has blocks for their prompts, and when a running request later
+# needs a block that is not there, it preempts the most recently admitted one. A sampler reads
+# the engine's gauges (live values such as the number of requests running).
+#
+# :::{dropdown} How we know: how the pressure run is built
 # Next, `pressure_requests` requests are sent at once, each with a prompt of about
 # `pressure_prompt_words` words, asking for answers long enough that, at full length, they
 # need `pressure_overfill` times the budget. The answer lengths rise evenly from `1 - pressure_spread`
@@ -285,6 +332,7 @@ print(num_blocks == kv_tokens // block_size)
 # admitted one: frees its blocks and puts it back at the front of the queue, to recompute its KV
 # when it is readmitted (`Scheduler.schedule` in `vllm/v1/core/sched/scheduler.py`). The client
 # records when each token of each answer arrives, and a sampler reads the engine's gauges.
+# :::
 
 # %%
 prompts = [long_prompt(pressure_prompt_words, seed=seed * 1000 + i) for i in range(pressure_requests)]
@@ -315,6 +363,11 @@ fit = pd.Series({
 fit
 
 # %% [markdown]
+# The most running at once is a momentary peak, because vLLM admits on the prompt alone; the
+# time-averaged number running while busy is the fairer figure, and the from-scratch simulator,
+# given the same requests and blocks, lands near it. The plot below follows the run over time.
+#
+# :::{dropdown} How we know: peak, time average and simulator
 # The highest number of running requests is a momentary peak: vLLM admits on the prompt alone,
 # so right after an admission wave more requests run than the budget can carry to the end. The
 # time-averaged number running while anything was in the engine is the fairer figure, and the
@@ -323,12 +376,18 @@ fit
 # only roughly. The engine's time average also includes the first seconds in which the API server
 # had not yet handed most requests to the scheduler (see below), a lag the simulator lacks, so
 # a close match between the two is partly coincidence.
+# :::
 
 # %%
 fig = plot_pressure(vllm_run, vllm_pauses, "vLLM with a small KV budget")
 plt.show()
 
 # %% [markdown]
+# The red lines mark preemptions where they happened: a request's own stream paused while the
+# other requests went on receiving tokens. The engine's own counter, dashed, moves later, once the
+# preempted request runs again.
+#
+# :::{dropdown} How we know: the pauses, the counter and the first seconds
 # The red lines mark preemptions where they happened: a request's own stream paused while the
 # other requests went on receiving tokens (`servelab.measure.kv_pressure.pauses`). The engine's
 # counter, dashed, steps later: vLLM's front end counts a preemption when the preempted
@@ -340,7 +399,13 @@ plt.show()
 # seconds the engine's gauges may show a single request running and nobody waiting: the others
 # had not reached the scheduler. They were still in vLLM's API server process (HTTP handling,
 # chat template, tokenization), which on this machine shares its cores with the busy engine.
+# :::
 #
+# Each lane below is one request. A preempted one waits, then recomputes its prompt and the tokens
+# it had generated, except what vLLM's prefix cache still holds: the prefix cache indexes full
+# blocks by a hash of their tokens, so a request that begins with the same tokens finds them again.
+#
+# :::{dropdown} How we know: what a preempted request finds again
 # The cost of preemption shows up per request: a preempted request waits, then recomputes its
 # prompt and the tokens it had already generated before it can continue, except what vLLM's prefix
 # cache still holds: vLLM hashes every full block a request writes, prompt and generated tokens
@@ -349,6 +414,7 @@ plt.show()
 # meanwhile are found again when it is readmitted. Each lane below is one
 # request, in the order the requests were sent; that order among requests sent in the same
 # milliseconds is arbitrary, so do not read meaning into it.
+# :::
 
 # %%
 plot_request_lanes(vllm_run, vllm_pauses, "Each request on vLLM")
@@ -363,6 +429,12 @@ print(fit["vLLM: most running at once (gauge)"] > fit["max_len reservation would
 # %% [markdown]
 # ## Sharing: parallel sampling
 #
+# Asking for `n` answers to one prompt (`n > 1` in the API) is where blocks get shared: the
+# prompt's full blocks are held once, and each sample gets its own copy of the prompt's last,
+# partly filled block to write its tokens into. The from-scratch allocator predicts the count;
+# the engine's KV usage gauge measures it.
+#
+# :::{dropdown} How we know: what each sample holds, and why the prompt has this length
 # Asking for `n` answers to one prompt (`n > 1` in the API) is where blocks get shared: all
 # samples have the same prompt, so its full blocks can be held once. Each sample still needs its
 # own copy of the prompt's last, partly filled block, because it will write its own tokens
@@ -374,6 +446,7 @@ print(fit["vLLM: most running at once (gauge)"] > fit["max_len reservation would
 # differ in what they share, the prompt is made exactly as long as `sharing_prompt_tokens` says:
 # about `sample_prompt_tokens`, at a length where the smaller block holds more of the prompt in
 # full blocks than the larger one.
+# :::
 
 # %%
 other_block_size = comparison_block_size(block_size)
@@ -418,11 +491,24 @@ display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegp
 # %% [markdown]
 # ## SGLang under the same budget
 #
+# SGLang pages its KV cache too, with pages of one token, so no page is partly filled, and its
+# radix cache (a tree of the token sequences it has stored) shares any common beginning. It gets
+# the same budget and the same requests.
+#
+# :::{dropdown} How we know: SGLang's page size and budget flags
 # SGLang pages its KV cache too, with pages of one token (`--page-size` resolves to 1 here), so
 # a request never holds a partly filled page, and its radix cache shares any common prefix down
 # to the token. We give it the same budget in tokens (`--max-total-tokens`) and send it the same
 # requests.
+# :::
 #
+# vLLM admits a request when its prompt fits. SGLang admits one only if its prompt and its whole
+# `max_tokens` (the most tokens it may generate) fit beside the running requests' remaining
+# `max_tokens` times a `new_token_ratio`, which decays step by step. This run lowers that ratio
+# (`--schedule-conservativeness`), so that SGLang counts on running requests needing little more:
+# that is when it can run out of KV.
+#
+# :::{dropdown} How we know: SGLang's admission rule
 # Its scheduler differs from vLLM's before memory runs out. vLLM admits a request when its prompt
 # fits. SGLang admits one only if its prompt and its whole `max_tokens` fit beside what the running
 # requests are still expected to need: their remaining `max_tokens` times a `new_token_ratio`
@@ -434,7 +520,14 @@ display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegp
 # take anything back; that is why these requests force their length with `min_tokens` instead. So
 # that SGLang counts on running requests needing little more, which is when it can run out of KV,
 # this run sets `--schedule-conservativeness` to `sglang_conservativeness`.
+# :::
 #
+# When a decode step (one new token for every running request) does not fit, SGLang retracts: it
+# sends the running requests with the fewest generated tokens back to the queue until the step
+# fits, where vLLM sends back the most recently admitted one. Both recompute what they no longer
+# hold.
+#
+# :::{dropdown} How we know: what each engine keeps of an evicted request
 # When a decode step does not fit, SGLang retracts (`ScheduleBatch.retract_decode` in
 # `sglang/srt/managers/schedule_batch.py`): it sorts the running requests by the number of
 # tokens they have generated, and sends back to the queue the one with the fewest (among equals,
@@ -456,6 +549,7 @@ display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegp
 # plus 20 each, over their `max_tokens` (`estimate_new_token_ratio_after_retract`), so it admits
 # more cautiously. Its counter, `sglang:num_retracted_requests_total`, counts a retraction when it
 # happens, and its log says `KV cache pool is full. Retract requests.`
+# :::
 
 # %%
 retraction_sizes = retraction.sizes(prof.is_cpu)
@@ -492,6 +586,14 @@ plot_request_lanes(sglang_run, sglang_pauses, "Each request on SGLang")
 plt.show()
 
 # %% [markdown]
+# Compare the columns rather than the clocks. The eviction rows (an eviction is a preemption or a
+# retraction) say whether each engine ran out of KV. vLLM admits on the prompt alone, and each
+# request holds whole blocks, up to a block's worth of empty slots. SGLang holds exactly the
+# tokens it stores, shares the chat template's common beginning (the text every chat prompt
+# starts with), and reserves a newcomer's whole answer, so the same budget carries it further.
+# Either way an evicted request pays for it later in latency.
+#
+# :::{dropdown} How we know: clocks, shared prefixes and SGLang's gauges
 # Compare the columns rather than the clocks: on the cpu profile SGLang runs a pure-PyTorch
 # attention on one thread, so its seconds say little about its scheduler. The eviction rows say
 # whether each engine ran out of KV on these requests. The two spend the same budget differently.
@@ -508,7 +610,9 @@ plt.show()
 # `sglang/srt/managers/scheduler_components/metrics_reporter.py`). By default that is every 40
 # steps, and between two updates a gauge would hold a stale value for up to 40 steps; this server
 # was started with `--decode-log-interval 1`, so, like vLLM's, its gauges are updated every step.
+# :::
 #
+# :::{dropdown} How we know: what the eviction check tests
 # Whether SGLang retracted at all is its value in the eviction rows. Where that is 0, this run did
 # not make SGLang retract, and the SGLang half of the check below is then trivially true (0 is
 # not more than 0); only vLLM's half tests anything. The next section makes SGLang retract on
@@ -517,6 +621,7 @@ plt.show()
 # The check below compares the evictions seen in the streams with each engine's own count: the
 # streams can miss an eviction (a request evicted before its first token shows no pause) but must
 # never invent one.
+# :::
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -526,6 +631,13 @@ print((seen <= counted).all(), (engines.loc["answers of full length"] == pressur
 # %% [markdown]
 # ### Making SGLang retract
 #
+# A request that arrives while others decode sees their remaining answers only at the ratio. So
+# the same server was sent two waves: first a few requests that just fill the pool even at full
+# length, then, once each had its first token, one late request as long as fits beside them when
+# their answers count at the ratio. It is admitted, and the pool now holds less than the early
+# requests are about to write.
+#
+# :::{dropdown} How we know: how the two waves are sized
 # SGLang's admission rule says when it can run out: a request that arrives while others decode
 # sees their remaining answers only at the ratio, here at most 0.7 x `sglang_conservativeness`.
 # So the same server, still running with the same budget, was sent two waves
@@ -540,6 +652,7 @@ print((seen <= counted).all(), (engines.loc["answers of full length"] == pressur
 # pages of one token, which the table shows this server used (`force` refuses other page sizes). The
 # prompts share the chat template's beginning, which the radix tree stores once; the plan counts it
 # once too, and `force` checks the prompts it sent against that count before the run.
+# :::
 
 # %%
 plan = forced.plan
@@ -587,6 +700,11 @@ plot_request_lanes(forced.run, forced_pauses, "Each request of the two waves (th
 plt.show()
 
 # %% [markdown]
+# A few decode steps after the late request is admitted, a step no longer fits and SGLang
+# retracts the request with the fewest generated tokens: the late one (the last lane), which waits
+# until early requests finish and then recomputes what SGLang no longer holds.
+#
+# :::{dropdown} How we know: what the late request found again
 # The pool fills with the early prompts, the late request is admitted beside them, and a few
 # decode steps later a step no longer fits: SGLang retracts. Its victim is the request with the
 # fewest generated tokens, the late one (the last lane), which waits until early requests finish.
@@ -598,6 +716,7 @@ plt.show()
 # estimate from the remaining requests, so the next admissions are cautious; the table recomputes
 # that estimate with SGLang's formula from the tokens the streams had received, which is not how
 # the plan was made.
+# :::
 #
 # The late request got in only because the early answers counted at the ratio. By the same rule,
 # with the early answers counted at their full length it would not have been admitted (the
@@ -606,11 +725,13 @@ plt.show()
 # counting running requests' answers at less than their full length, which lets it run more
 # requests at once when answers end early, as real ones often do.
 #
+# :::{dropdown} How we know: what the retraction check tests
 # The check below asks that SGLang retracted at least once, that its counter and its log agree,
 # that the streams saw no more retractions than it counted and that every pause was the late
 # request's, that the early requests had generated no more tokens before the late one started than
 # the plan allows, that the ratio SGLang logged lies in the range its formula gives from the
 # streams, and that every answer still arrived in full.
+# :::
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -623,6 +744,11 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # %% [markdown]
 # ## Block size on the engine
 #
+# Each attention backend (the kernels that compute attention through the block tables) accepts
+# only some block sizes, and vLLM refuses a size its backend cannot use only when it starts. The
+# cell starts it with a size its backend refuses and prints the first error the engine logs.
+#
+# :::{dropdown} How we know: which block sizes vLLM accepts, and where
 # On this profile vLLM chose the block size printed above. vLLM's default is 16 tokens
 # (`CacheConfig.DEFAULT_BLOCK_SIZE` in `vllm/config/cache.py`), and its CPU platform raises it to
 # 128 (`CpuPlatform.check_and_update_config` in `vllm/platforms/cpu.py`). `--block-size` takes
@@ -634,6 +760,7 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # `servelab.engines.flags.check`, which runs those parsers, accepts it too, as its tests show). The
 # engine refuses a size its backend cannot use only while it starts. The cell starts it with the
 # paper's 16 where that is not the default (else 8) and prints the first error the engine logs.
+# :::
 
 # %%
 probe_server = servers["vLLM, refused block size"]
@@ -646,6 +773,11 @@ print(f"vllm serve --block-size {probe}: {refusal or 'started'}")
 print(refusal_names_block_size(refusal))
 
 # %% [markdown]
+# Another block size changes what parallel sampling shares: the prefix cache shares only full
+# blocks, so smaller blocks share more of the prompt. A second server repeats the experiment with
+# another block size.
+#
+# :::{dropdown} How we know: which other block size
 # The paper found block sizes from 16 to 128 worked best on its ShareGPT trace and chose 16 as
 # its default (§7.2, quoted above). What another block size changes is visible with the
 # parallel-sampling experiment: the last, partly filled block of every sample is smaller or
@@ -653,6 +785,7 @@ print(refusal_names_block_size(refusal))
 # smaller blocks. The second server uses half the default block size where the backends accept
 # it and twice the default where they do not (`comparison_block_size`: on GPUs, half of 16 is
 # below what any backend takes).
+# :::
 
 # %%
 assert servers["vLLM, other block size"].options["block_size"] == other_block_size
@@ -684,6 +817,10 @@ print((sharing_other["measured blocks"] == sharing_other["predicted blocks"]).al
 # %% [markdown]
 # ## How vLLM implements this today
 #
+# Current vLLM (the V1 engine) kept the paper's idea, blocks read through a block table, and
+# replaced its custom CUDA kernel; the dropdown names the files that implement each part.
+#
+# :::{dropdown} How we know: the vLLM files behind each part of the mechanism
 # The PagedAttention paper describes a custom CUDA kernel that reads keys and values through a
 # block table. Current vLLM (the V1 engine) kept the idea and replaced the kernel. The files
 # below are in the installed package (`vllm/...`); open them alongside this chapter.
@@ -716,7 +853,9 @@ print((sharing_other["measured blocks"] == sharing_other["predicted blocks"]).al
 #   FlashAttention, FlashInfer or Triton kernels; on CPU, `cpu_attn.py` calls vLLM's own C++
 #   kernel. The original `paged_attention_v1` and `v2` wrappers are gone from
 #   `vllm/_custom_ops.py`.
-#
+# :::
+
+# %% [markdown]
 # ## What it means
 #
 # Reserving KV memory a block at a time turns most of the wasted reservation of contiguous
@@ -725,7 +864,22 @@ print((sharing_other["measured blocks"] == sharing_other["predicted blocks"]).al
 # retracts (SGLang) and recomputes, and the requests sent back pay for it in latency. Sharing
 # full blocks between sequences makes parallel sampling cheap when prompts are long, and the
 # same mechanism, the prefix cache, is what the next chapter measures across requests.
+
+# %% [markdown]
+# ## What to remember
 #
+# - Reserve KV memory a block at a time, not a slab for the longest possible answer: the
+#   simulation's table shows the freed room as a larger mean batch.
+# - Smaller blocks waste less and share more of a prompt, but each block is a unit of work for the
+#   attention kernel, and each backend accepts only some sizes.
+# - When the budget is overcommitted, vLLM preempts and SGLang retracts; the evicted request
+#   recomputes what is no longer held and pays in latency. Watch the engines' eviction counters.
+# - SGLang counts running answers at less than their full length: more requests run at once when
+#   answers end early, and it retracts when they do not.
+# - Parallel sampling shares a prompt's full blocks, which saves most for long prompts and short
+#   answers.
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. In the simulator, which block sizes waste less than 2 % of the KV capacity? Does the mean

@@ -14,13 +14,19 @@
 # %% [markdown]
 # # Prefix caching: SGLang's radix tree and vLLM's hashed blocks
 #
-# A chat turn re-sends the whole conversation. An agent's branches repeat the task that spawned
-# them. A few-shot prompt puts the same examples before every question. Most of each prompt has
-# been prefilled before, and because attention is causal, the keys and values of a token depend
-# only on the tokens before it: the same prefix always yields the same KV cache. *Prefix caching*
-# keeps the KV cache of earlier requests and hands it to a later request that starts with the same
-# tokens, which then prefills only the rest.
+# A chat turn re-sends the whole conversation; an agent's branches repeat their task; a few-shot
+# prompt repeats its examples. Most of each prompt was *prefilled* before: run through the model,
+# which keeps every token's attention keys and values, the *KV cache*, so as not to compute them
+# again. Attention is causal: a token's keys and values depend only on the tokens before it, so the
+# same prefix yields the same KV cache. *Prefix caching* hands it to a later request that starts
+# with the same tokens, which then prefills only the rest.
 #
+# Both engines do it by default, differently. SGLang keeps a radix tree over token ids: a hit can
+# end on any token. vLLM caches full KV blocks, found by hashes chained over everything before them:
+# a hit is whole blocks. We build both caches small, check them against the engines' code, then
+# measure.
+#
+# :::{dropdown} How we know: where the two designs are described
 # The source articles file the two engines under two names: "vLLM = PagedAttention, SGLang =
 # RadixAttention". Today both engines page their KV cache and both cache prefixes by default. They
 # differ in how. SGLang keeps a radix tree over token ids (Zheng et al., "SGLang: Efficient
@@ -30,6 +36,7 @@
 # builds both caches from scratch, checks them against the engines' own code, and then sends the
 # same token ids to both engines to measure what difference remains: in hits, in time to first
 # token, under eviction and in scheduling.
+# :::
 
 # %% tags=["parameters"]
 profile = "auto"
@@ -74,6 +81,10 @@ from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 prof = banner.start(profile)
 
 # %% [markdown]
+# The chapter starts three servers, vLLM, SGLang and a second SGLang with a cache-aware scheduling
+# policy, all with the same small *KV budget*: how many tokens of KV their cache can hold.
+#
+# :::{dropdown} How we know: how the servers are started
 # Starting an engine takes tens of seconds on a CPU, so the chapter starts as few servers as it
 # can: one vLLM, one SGLang, and one more SGLang with the cache-aware scheduling policy `lpm`,
 # because the policy is a flag fixed at start. All three get the same small KV budget. The two
@@ -92,6 +103,7 @@ prof = banner.start(profile)
 # (`servelab/measure/lineup.py`). A script that runs SGLang's scheduling code without a server, in
 # the section on scheduling, starts now too: importing SGLang takes seconds, and it waits for its
 # input once it has.
+# :::
 
 # %%
 from servelab.measure.chapter_servers import c03
@@ -112,18 +124,20 @@ policy_script = start_policy_orders(prof)
 #
 # ### The radix tree
 #
-# A radix tree stores token sequences by their shared prefixes: every edge carries a run of
-# tokens, and the path from the root to a node spells a sequence whose KV cache is held. A new
-# prompt walks down the tree as far as its tokens agree; that walk is the cache hit. If the walk
-# ends inside an edge, the edge is split in two so that the shared part becomes its own node.
-# When the request has been prefilled, its tokens are inserted: what was not there yet hangs
-# below as a new leaf. The tree in `servelab/sim/prefix_cache/radix_tree.py` mirrors SGLang's
-# `RadixCache` (`sglang/srt/mem_cache/radix_cache.py`) at one token per page.
+# A radix tree stores token sequences by shared prefix: each edge carries a run of tokens, each path
+# from the root spells a cached sequence. A new prompt walks down as far as its tokens agree: that
+# walk is the hit. A walk ending inside an edge splits it, so the shared part becomes its own node;
+# once prefilled, the prompt's new tokens hang below as a leaf.
+#
+# :::{dropdown} How we know: what our tree mirrors, and what it leaves out
+# The tree in `servelab/sim/prefix_cache/radix_tree.py` mirrors SGLang's `RadixCache`
+# (`sglang/srt/mem_cache/radix_cache.py`) at one token per page.
 #
 # What the tree leaves out: pages larger than one token (SGLang's `page_size`; the predictions
 # below cut hits and insertions to whole pages when a server uses larger ones), eviction policies
 # other than least recently used, and wall-clock time (a counter orders the accesses, as
 # `time.monotonic()` does in SGLang). It holds token ids, not the KV values themselves.
+# :::
 #
 # Four toy requests, with one word per token, show the moves. Like the engines, a request looks up
 # all but its last token: the last one must be computed anyway, because its logits give the first
@@ -160,15 +174,13 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Request 2 matches the first seven tokens: the first request's single edge splits after "of".
-# Request 3 matches all of request 1 and adds a leaf below "France ?". Request 4 shares only
-# "SYS be brief . USER", so the top edge splits again. Each box reads: the node's first tokens,
-# its length, its lock count and the logical time it was last touched.
+# Request 2 matches seven tokens: the first edge splits after "of". Request 3 extends request 1 with
+# a leaf below "France ?". Request 4 shares only "SYS be brief . USER": the top edge splits again.
+# Each box shows a node's first tokens, length, lock count and logical time last touched.
 #
-# When memory runs short the tree evicts *leaves*, least recently used first; a parent that
-# becomes a leaf can go next. A running request locks its path (lock count above zero), and a
-# locked node is never evicted. Below, a request that continues request 3 is running, and the
-# engine needs room for three tokens.
+# When memory runs short the tree evicts *leaves*, least recently used first; a parent left a leaf
+# can go next. A running request locks its path (lock count above zero), and a locked node is never
+# evicted. Below, a request continuing request 3 runs, and the engine needs room for three tokens.
 
 # %%
 running = tree.match_prefix(toy[2] + [vocab["?"]]).node
@@ -183,21 +195,26 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The least recently used unlocked leaf, "Spain ?", held two tokens; eviction frees whole leaves,
-# so it takes the next oldest too and frees more than it was asked for. The locked branch stayed.
+# The least recently used unlocked leaf, "Spain ?", held two tokens; eviction frees whole leaves, so
+# it takes the next oldest too, freeing more than asked. The locked branch stayed.
 #
 # ### The hashed block cache
 #
-# vLLM stores KV in fixed-size blocks (the previous chapter) and caches a block once it is full.
-# A block's key is a hash of its parent block's key and its own token ids, so equal keys mean
-# equal *prefixes*, not only equal blocks. A new prompt hashes its full blocks in order and looks
-# them up until the first miss. A partly filled last block is never cached, and the hit stops one
-# token short of the prompt, rounded down to whole blocks: a prompt that is entirely cached still
-# recomputes its last block (`get_computed_blocks` in `vllm/v1/core/kv_cache_manager.py`).
+# vLLM stores KV in fixed-size blocks (the previous chapter) and caches a block once it is full. A
+# block's key hashes its parent's key with its own token ids, so equal keys mean equal *prefixes*. A
+# prompt looks up its full blocks in order until a miss; the hit stops one token short of the
+# prompt, rounded down to whole blocks.
+#
+# :::{dropdown} How we know: the lookup in vLLM, and what our block cache leaves out
+# A prompt that is entirely cached still recomputes its last block: the lookup and its cap are
+# `get_computed_blocks` in `vllm/v1/core/kv_cache_manager.py`.
 # `servelab/sim/prefix_cache/block_hash_cache.py` mirrors it, free queue and eviction order
 # included. What it leaves out: a request's prompt is admitted whole in one step (no chunked
 # prefill), a request that does not fit is refused instead of waiting in the queue, and nothing is
-# preempted. The same four requests, with blocks of four tokens:
+# preempted.
+# :::
+#
+# The same four requests, with blocks of four tokens:
 
 # %%
 blocks = BlockHashCache(num_blocks=16, block_size=4)
@@ -209,11 +226,15 @@ pd.DataFrame({"prompt tokens": [len(t) for t in toy], "radix tree hit": radix_hi
               "block cache hit (blocks of 4)": block_hits}, index=[f"request {i + 1}" for i in range(len(toy))])
 
 # %% [markdown]
-# The block cache finds whole blocks only: request 2 shares seven tokens but gets four, and
-# request 3, whose first nine tokens were all prompt 1, gets eight.
+# The block cache finds whole blocks only: request 2 shares seven tokens but gets four, and request
+# 3, whose first nine tokens were all prompt 1, gets eight.
 #
-# ## The referees: the engines' own code on the same operations
+# ## The referees: the engines' own code
 #
+# A *referee* replays seeded streams of lookups, insertions, locks and evictions on our cache and on
+# the engine's own code, and compares every result.
+#
+# :::{dropdown} How we know: the engine code each referee drives
 # Both caches are only worth measuring with if they behave exactly like the engines. Each referee
 # replays seeded streams of operations, with shared prefixes, branches, locks, refused admissions
 # and evictions under a small pool, on our cache and on the engine's own code, in the engine's
@@ -233,6 +254,7 @@ pd.DataFrame({"prompt tokens": [len(t) for t in toy], "radix tree hit": radix_hi
 # whose tree core is chosen by `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND`, `"rust"` by default, with
 # fallbacks to a Python core (`mem_cache/unified_cache/tree_core_registry.py`). Whichever core the
 # server runs, the live measurements below check our tree against it too.
+# :::
 
 # %%
 from servelab.measure.prefix_caching import compare_with_sglang, compare_with_vllm
@@ -266,14 +288,25 @@ print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().a
       radix_referee["snapshot sequences"].sum() > 0, radix_referee["evicted tokens"].sum() > 0)
 
 # %% [markdown]
+# On every seed, our caches and the engines' code agreed.
+#
+# :::{dropdown} How we know: what the referee check compares
 # The hits are compared one by one (vLLM's through its counters too); the evictions are counted on
 # our side, and SGLang's agree with them op by op (the `evictions agree` column), while vLLM's are
 # checked through the free queue and the block tables after every operation. The evicted tokens
 # leave out the final cleanup, and the cached sequences compared are those the snapshots held: the
 # check above fails if the snapshots compared nothing.
+# :::
 #
 # ## The workloads, saved
 #
+# Seeded chat workloads, shaped like real programs: a conversation (**multi_turn**), a long few-shot
+# system prompt (**few_shot**), an agent's task and branches (**agent_tree**), documents from a
+# shared pool (**retrieval**), a control sharing only the *chat template*, the fixed tokens around
+# every message (**no_sharing**), a short prompt sent twice (**short_repeat**), and long documents
+# read in turn, twice, overflowing the KV budget (**cycle**).
+#
+# :::{dropdown} How we know: the workloads in detail
 # Five workloads are seeded chat requests (`servelab/measure/prefix_workloads.py`), in the shapes
 # real programs produce:
 #
@@ -293,6 +326,7 @@ print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().a
 # (`short_prompt_words` words) twice, and **cycle** reads `cycle_documents` long documents in
 # turn, twice, so that together they do not fit the KV budget. The requests are saved as JSONL beside the results, with
 # two more sets used further below: a longer loop for a simulation, and a burst for scheduling.
+# :::
 
 # %%
 from servelab.measure.prefix_scenarios import burst_requests, cycle_requests, repeat_requests
@@ -312,11 +346,13 @@ save_jsonl([r for reqs in workloads.values() for r in reqs] + loop + [warm, *bur
 print("saved", saved.with_suffix(".jsonl").name)
 
 # %% [markdown]
+# :::{dropdown} How we know: why one tokenizer, and how
 # Both engines must see exactly the same token ids, or a difference in hits could come from a
 # difference in tokenization. So vLLM turns each request into token ids once, with the model's
 # chat template (`/tokenize` with `messages` and `add_generation_prompt`), and both engines then
 # receive those ids as completion prompts. Each request asks for one output token: its time to
 # first token is its prefill, and only its prompt is cached.
+# :::
 
 # %%
 from servelab.measure.kv_capacity import engine_capacity, server_info
@@ -337,6 +373,12 @@ pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min"
 # %% [markdown]
 # ## Hits on the real engines
 #
+# Both engines get the same token ids, made once by vLLM with the chat template. Each workload
+# starts from an empty cache and sends its requests one by one, each asking for one output token, so
+# its time to first token is its prefill. Beside the engine's report of each request's cached tokens
+# stands our prediction; a workload's *hit rate* is cached over prompt tokens.
+#
+# :::{dropdown} How we know: the counters, the replay, and what else each server runs
 # Each workload starts from an empty prefix cache and sends its requests one after another. For
 # every request we read the engine's own report of its cached prompt tokens, and beside it what
 # our cache predicts for the same token ids with the engine's block size and capacity. The engines'
@@ -356,8 +398,12 @@ pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min"
 # prefix cached. Last come `rounds` rounds of a burst of `salted_requests` few-shot requests sent
 # at once: as they are, and with a cache salt of their own each (both are explained in the section
 # on caching on and off).
+# :::
 #
 # ### vLLM
+#
+# vLLM keeps one block of its pool back (its *null block*, a placeholder), so requests can use one
+# block fewer than it built: the "usable" tokens printed below.
 
 # %%
 from servelab.engines.metrics import scrape
@@ -389,8 +435,8 @@ print((vllm_hits.cached_tokens == vllm_hits.predicted).all(),
       (per_workload.values == vllm_rates.set_index("workload").loc[per_workload.index, "hits"].values).all())
 
 # %% [markdown]
-# Every hit is a whole number of blocks, and our block cache predicts every one of them. The
-# per-request reports add up to the counters.
+# Every hit is whole blocks, and our block cache predicts each one; the per-request reports add up
+# to the counters.
 #
 # ### SGLang
 
@@ -418,10 +464,15 @@ print((sglang_hits.cached_tokens == sglang_hits.predicted).all(),
       (per_workload.values == sglang_rates.set_index("workload").loc[per_workload.index, "hits"].values).all())
 
 # %% [markdown]
+# Our radix tree predicts every hit of the SGLang server too. SGLang stores KV in *pages* (size
+# printed above): a hit ends on any token with one-token pages, on a page boundary with larger ones.
+#
+# :::{dropdown} How we know: which tree the server runs, and its page size
 # Our radix tree predicts every hit of the SGLang server too, although the server runs a
 # different implementation of the tree than the one the referee checked. The prediction uses the
 # server's page size, printed above: with pages of one token a hit ends on any token; a larger
 # page size (some GPU attention backends choose one) cuts hits to whole pages.
+# :::
 #
 # ### Side by side
 
@@ -437,13 +488,10 @@ plt.show()
 (100 * rates).round(1)
 
 # %% [markdown]
-# The two engines differ in granularity, and the table shows where that matters. The few-shot
-# prompts share a long system prompt: both engines reuse it, vLLM up to its last full block. In
-# the multi-turn chat each turn can reuse the whole previous prompt; SGLang does, vLLM stops at
-# the previous prompt's last full block. In the control, every prompt still starts with the same
-# chat-template tokens: SGLang finds them, vLLM only the whole blocks among them (the cell after
-# the table prints how many tokens that is, against this vLLM's block size). The requests of three
-# workloads, one by one:
+# Both engines reuse the few-shot system prompt, vLLM up to its last full block. In the multi-turn
+# chat SGLang reuses each whole previous prompt, vLLM up to its last full block. In the control
+# SGLang finds the chat-template tokens, vLLM only whole blocks of them (counted below). Request by
+# request:
 
 # %%
 both = vllm_hits[["workload", "request", "prompt_tokens"]].assign(
@@ -466,15 +514,25 @@ print(not aligned or (both.sglang >= both.vllm).all(), not aligned or (both.sgla
       repeat.vllm == (repeat.prompt_tokens - 1) // block * block)
 
 # %% [markdown]
+# Without eviction, and with vLLM's block a whole number of SGLang's pages, SGLang's hit is never
+# shorter than vLLM's, and longer by under one vLLM block. The extreme: a prompt shorter than a block, sent
+# twice; SGLang reuses all but its last token (in whole pages), vLLM nothing.
+#
+# :::{dropdown} How we know: what the granularity checks test
 # Without eviction, and with SGLang's pages tiling vLLM's blocks, SGLang's hit is never shorter
 # than vLLM's, and the difference is less than one of vLLM's blocks per request (the first two
 # checks). A prompt sent twice is the extreme case: SGLang reuses all but its last token (in whole
 # pages, one token each unless the server's page size is larger), vLLM rounds that down to whole
 # blocks, which for a prompt shorter than a block is nothing.
+# :::
 
 # %% [markdown]
 # ### An agent tree through SGLang's frontend `fork`
 #
+# An aside you may skip: the same agent tree through SGLang's real frontend, `fork`, branches in
+# parallel. The dropdowns say how it runs and what its table shows.
+#
+# :::{dropdown} How we know: how the tree runs through `fork` and is replayed on vLLM
 # The **agent_tree** workload above imitates the shape of `fork` and sends its requests one after
 # another. Here a tree of the same shape runs through SGLang's real frontend language, in SGLang's
 # Python environment, against the SGLang server above
@@ -504,6 +562,7 @@ print(not aligned or (both.sglang >= both.vllm).all(), not aligned or (both.sgla
 # on vLLM. Each asks for one token, so only prompts are cached, and our block cache predicts the
 # same kind of range. The column `parent prefix` is what a branch shares with the commit of the
 # fork it came from, in whole SGLang pages.
+# :::
 
 # %%
 from servelab.measure import agent_fork
@@ -543,6 +602,7 @@ print(within("SGLang"), within("vLLM"),
       fork_table.group.nunique() < len(fork_table))
 
 # %% [markdown]
+# :::{dropdown} How we know: what the fork checks test
 # Every report falls inside our range, on both engines (the first two checks). The frontend sent
 # a commit at each fork, the root's and every branch's (the third), and every branch and
 # sub-branch found the whole prefix its fork had committed on SGLang, even while its siblings ran
@@ -555,13 +615,13 @@ print(within("SGLang"), within("vLLM"),
 # the two caches found in the same tree. The replay simplifies here: a real vLLM agent would
 # generate its plan and steps and cache the full blocks of those generated tokens too, so part of
 # the gap between the two rates comes from the replay's one output token, not from the block size.
+# :::
 
 # %% [markdown]
 # ### What the block size does
 #
-# The block size is vLLM's knob for this granularity (`--block-size`). Our block cache, refereed
-# above against vLLM's own code and checked on every request of this run, predicts the hit rate of
-# the same token ids at other block sizes; SGLang's one-token pages are the limit on the left.
+# The block size is vLLM's knob for this granularity (`--block-size`). Our block cache predicts the
+# hit rate of the same token ids at other sizes; SGLang's one-token pages are the limit on the left.
 
 # %%
 from servelab.measure.prefix_analysis import block_size_sweep, eviction_sweep, hit_rate, other_block_size
@@ -580,10 +640,13 @@ ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 plt.show()
 
 # %% [markdown]
+# The longer the shared prefix compared with a block, the less the block size matters: few-shot
+# loses at most one block, the control and the short repeat everything once a block outgrows what
+# they share.
+#
+# :::{dropdown} How we know: how, and why, this curve is simulated
 # The simulation replays each workload one request after another in a cache ten times this run's
-# budget, so nothing is evicted. The longer the shared prefix compared with a block, the less the
-# block size matters: few-shot loses at most one block of a long prompt, while the control and the
-# short repeat lose everything once the block is longer than what they share.
+# budget, so nothing is evicted.
 #
 # Why this curve is simulated and not measured: the block size is fixed when vLLM starts, and every
 # further vLLM server costs this chapter tens of seconds of its time budget. The CPU attention
@@ -592,9 +655,15 @@ plt.show()
 # `tests/test_measure_prefix_caching.py` starts vLLM with 32-token blocks and checks, request by
 # request, that our block cache predicts every hit it reports, and that it finds more than the
 # default size and no more than SGLang; its results are not saved by this chapter.
+# :::
 #
 # ## Eviction under a small cache
 #
+# The **cycle** documents together overflow the KV budget, so each new one must evict something.
+# Both engines evict least recently used first, in different units: SGLang whole leaves (here, whole
+# documents), vLLM blocks, given back tail first, so a document's end goes before its beginning.
+#
+# :::{dropdown} How we know: the eviction order in vLLM's code
 # Every server in this chapter has the same small KV budget. The **cycle** workload reads
 # `cycle_documents` documents in turn, twice; together they need more KV than the budget holds, so
 # each new document must evict something. Both engines evict the least recently used entry, but
@@ -602,6 +671,7 @@ plt.show()
 # vLLM frees blocks, and a finished request puts its blocks in the free queue tail first, so the
 # end of a document goes before its beginning (`free` in `vllm/v1/core/single_type_kv_cache_manager.py`).
 # Both servers ran the loop above, after the other workloads, from an empty cache.
+# :::
 
 # %%
 cycles = pd.concat([vllm_cycle.assign(engine="vLLM"), sglang_cycle.assign(engine="SGLang")], ignore_index=True)
@@ -637,15 +707,20 @@ print((cycles.cached_tokens == cycles.predicted).all(),
       cost.loc["vLLM", "second-round hit rate"] > cost.loc["SGLang", "second-round hit rate"])
 
 # %% [markdown]
+# Least recently used is the worst order for a loop that does not fit: each document is evicted just
+# before it is needed again. In round two SGLang finds only the chat-template tokens; vLLM still
+# finds each document's beginning.
+#
+# :::{dropdown} How we know: what the eviction check tests, and what the bars are not
 # Least recently used is the worst order for a loop that does not fit: each document is evicted
 # just before it is needed again. SGLang loses the whole document and finds only the shared
 # chat-template tokens in the second round. vLLM, having evicted the ends first, still finds the
 # beginning of each document (the second check). That is what eviction costs here, in tokens. What
 # a cached token saves in time is measured, with repeats, in the section on caching on and off; the
 # bars above are one loop, shown for their shape, not read as a ratio.
+# :::
 #
-# How much survives depends on how far the loop overflows the cache, which the simulators show
-# for a growing number of documents of the same size:
+# How much survives depends on the overflow, simulated for more and more documents of the same size:
 
 # %%
 overflow = eviction_sweep(loop_tokens, {"vLLM blocks": ("block", vllm_built["usable"], vllm_built["block_size"]),
@@ -662,19 +737,31 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
+# Below a working set (every prompt of the loop) of one cache capacity
+# everything fits; just above, the blocks still find
+# document beginnings that the tree lost whole; further out, both find almost nothing.
+#
+# :::{dropdown} How we know: how the overflow is simulated
 # Each point is a loop over one more document, replayed one request at a time with each engine's
 # block size and usable capacity, at page size 1 for the tree; the working set counts each prompt
 # whole, so the chat template's tokens, shared by every document, count once per document. Below
 # a ratio of one everything fits. Just above it, the blocks still find the beginnings of documents
 # that the tree has lost whole; further out, both caches find almost nothing.
+# :::
 #
 # ## When order matters: SGLang's scheduling policies
 #
+# When requests wait, the scheduler picks which to prefill first; under a small cache, that decides
+# what stays cached. vLLM's policies, `fcfs` (first come, first served, the default) and `priority`,
+# ignore the cache. SGLang also has cache-aware ones:
+#
+# :::{dropdown} How we know: the policy flags
 # When several requests wait, the scheduler decides which to prefill first, and under a small cache
 # that decides what stays cached. vLLM's scheduler knows two policies, `fcfs` (the default) and
 # `priority` (`--scheduling-policy`, `vllm/config/scheduler.py`); neither looks at the cache. SGLang
 # has cache-aware ones too (`--schedule-policy`); the list below is read from the installed
 # `schedule_policy.py`, and the server above reports its default.
+# :::
 
 # %%
 from servelab.measure.prefix_burst import FINISH_TOLERANCE_S, common_prefix, reuser_ceiling, run_burst
@@ -693,6 +780,10 @@ print(f"cache-agnostic policies refresh the recency of the waiting requests' cac
       f"queue in {facts['WAITING_PREFIX_REFRESH_INTERVAL']}, the first included (_touch_waiting_prefixes)")
 
 # %% [markdown]
+# `lpm` (longest prefix match) puts the requests with the longest cached prefix first; with the
+# radix cache off, or more waiting requests than the limit printed above, it falls back to `fcfs`.
+#
+# :::{dropdown} How we know: when the cache-aware policies give way
 # `lpm` (longest prefix match) sorts the waiting queue so that requests with the longest cached
 # prefix go first. It is not always on when chosen. In `SchedulePolicy._validate_and_adjust_policy`,
 # with the radix cache disabled `lpm`, `dfs-weight` and `hrrn` become FCFS, while
@@ -710,7 +801,13 @@ print(f"cache-agnostic policies refresh the recency of the waiting requests' cac
 # those requests in the same round when the step's budget and the free memory allow, and then they
 # compute the shared prefix in the same step as the request ahead of them. Only a request that the
 # budget leaves waiting finds that prefix cached in a later round. FCFS does not sort at all.
+# :::
 #
+# The test: one request caches a prefix; then, the engine paused, `burst_newcomers` fresh prompts
+# arrive, then `burst_reusers` requests reusing it. Fresh prompts and prefix do not fit the cache
+# together. All three servers run it.
+#
+# :::{dropdown} How we know: how the burst is held and sent to each engine
 # A workload where order matters: one request caches a shared prefix; then a burst arrives, first
 # `burst_newcomers` fresh prompts, then `burst_reusers` requests that start with the cached prefix.
 # The fresh prompts and the prefix do not fit the cache together. The engine is paused while the
@@ -731,6 +828,7 @@ print(f"cache-agnostic policies refresh the recency of the waiting requests' cac
 # Instead, the next section runs SGLang's own ordering code for every policy on the same queue, in
 # SGLang's Python environment and without a server, with the script started at the top of the
 # chapter. These are the chapter's last live measurements; the servers stop after them.
+# :::
 
 # %%
 bursts = {"vLLM, fcfs": run_burst(lineup.take("vllm"), warm_tokens, burst_tokens, burst_names,
@@ -802,6 +900,11 @@ print(queued, fresh_together, cached["SGLang, lpm"] > cached["SGLang, fcfs"], fo
       found["SGLang, fcfs"] < burst_reusers)
 
 # %% [markdown]
+# Under SGLang's `fcfs` the fresh prompts went first and evicted the prefix, and the reusing
+# requests scheduled in one step all prefilled it again; `lpm` put them first, and each reused it.
+# With room for both in the cache, or no queue, the order would cost nothing.
+#
+# :::{dropdown} How we know: what the burst checks confirm, and why each engine kept what it kept
 # The first two checks confirm the setup. On every server the burst was sent while the engine was
 # paused, and no request finished before it resumed. vLLM received it one request after another,
 # and the check confirms they were sent in order; SGLang's order is that of the batch by
@@ -835,10 +938,15 @@ print(queued, fresh_together, cached["SGLang, lpm"] > cached["SGLang, fcfs"], fo
 # recompute an evicted prefix, vLLM's recompute it once. This is the situation cache-aware scheduling is for: a small
 # cache, a queue, and a cached prefix that other work would evict. With a cache large enough for
 # both, or no queue to reorder, the order costs nothing.
+# :::
 
 # %% [markdown]
 # ### Every policy on the same queue, in-process
 #
+# Other policies would each need a server, but SGLang's ordering code needs no model: a script lets
+# every policy sort the same queue once, as in the first round.
+#
+# :::{dropdown} How we know: what the in-process run builds and leaves out
 # The order itself is SGLang code that needs no model: `SchedulePolicy.calc_priority` in
 # `schedule_policy.py` sorts the waiting queue in place, once per scheduling round.
 # `servelab/engines/engine_side/sgl_schedule_policies.py` runs it in SGLang's venv. It builds the
@@ -867,6 +975,7 @@ print(queued, fresh_together, cached["SGLang, lpm"] > cached["SGLang, fcfs"], fo
 # (`release_kv_cache` and `checkpoint_kv_cache` in `mem_cache/common.py`). The tree is evicted only
 # when an allocation needs room (`evict_from_tree_cache`, called from `alloc_token_slots` in
 # `mem_cache/allocation.py`). Every later round sorts whoever still waits again.
+# :::
 
 # %%
 from itertools import combinations
@@ -893,18 +1002,22 @@ order_table(policy_orders, "burst").drop(columns="refused").join(
     policy_check.loc["burst", ["every reuser first", "moved to the back"]])
 
 # %% [markdown]
+# :::{dropdown} How we know: the two fallback cases
 # The same code under the two conditions in which SGLang gives up a cache-aware order: a queue
 # longer than `WAITING_QUEUE_PREFIX_MATCH_MAX` (the burst followed by short unrelated requests, one
 # more than the limit in all; the order of the burst's own requests is compared), and the radix
 # cache disabled (`--disable-radix-cache`):
+# :::
 
 # %%
 policy_check.loc[["padded", "radix off"]]
 
 # %% [markdown]
+# :::{dropdown} How we know: the live `lpm` server against the in-process order
 # The live `lpm` server above measured what SGLang's `lpm` did with the burst. If it sorted the
 # queue as the in-process run did, before anything was evicted, each reusing request found the
 # prefix the in-process tree matched for it:
+# :::
 
 # %%
 lpm_position = policy_orders[(policy_orders.case == "burst") & (policy_orders.policy == "lpm")]
@@ -928,6 +1041,11 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
       (agreement.loc[reuser_names, "cached, live lpm"] == agreement.loc[reuser_names, "matched, in-process"]).all())
 
 # %% [markdown]
+# The cache-aware `lpm`, `dfs-weight` and `shortest-prefill-first` put every reusing request first;
+# `fcfs` and `lof` keep the arrival order; `hrrn`, on a burst that has not waited, orders at random.
+# The live `lpm` server agrees: each reusing request found the prefix that `lpm`'s code matched.
+#
+# :::{dropdown} How we know: each policy's reasons, the predictions and the fallbacks
 # On this burst the three policies that sort by the cache put every reusing request ahead of the
 # fresh prompts, each for its own reason: `lpm` by the longest cached prefix; `dfs-weight` by
 # walking the tree depth first, the branch with the most waiting requests first, and taking a
@@ -967,10 +1085,16 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 # message is not the one a user sees: it is raised inside a `try` whose `except ValueError` then
 # tries the name as a cache-agnostic policy, so the error that reaches the user is "Unknown
 # schedule_policy", with the reason only in the exception chain, as the table shows.
+# :::
 
 # %% [markdown]
 # ## Caching on and off
 #
+# Turning the cache off takes a flag and another server; for the prefill a *pair* suffices: empty
+# the cache, send a few-shot request, which prefills its whole prompt, then another, which finds the
+# system prompt cached. "Faster with the cache on" must hold in all `rounds` rounds.
+#
+# :::{dropdown} How we know: the pairs, the rounds, and what the flush leaves behind
 # Each engine can turn its prefix cache off with a flag (vLLM `--no-enable-prefix-caching`,
 # SGLang `--disable-radix-cache`), but a flag means one more server to start. For the prefill the
 # same comparison needs none. Each *pair* empties the cache, sends one few-shot request, which
@@ -991,6 +1115,7 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 #
 # This is time to first token of one request at a time. Throughput under load is measured further
 # below, with the cache turned off for requests that run together.
+# :::
 
 # %%
 from servelab.measure.prefix_analysis import on_off_ttft
@@ -1034,6 +1159,11 @@ print(on_off["on ahead in every round"].all(), (on_off["cached tokens off (sum)"
       (on_off["cached tokens on (median)"] > 0).all())
 
 # %% [markdown]
+# With the cache on, a request prefills only its question; the lines above show whether the time
+# shrinks as much as the tokens. Where it shrinks less, the likely reason is SGLang's CPU attention
+# kernel, which still attends over the cached prefix (read from the sources, below).
+#
+# :::{dropdown} How we know: why the time may shrink less than the tokens
 # With the cache emptied a request prefills its whole prompt; with it on, only its own question.
 # Both engines skip most of the prefill's tokens. Whether the time shrinks as much as the tokens,
 # and by the same amount in both engines, the lines printed above show for this run: the share of
@@ -1047,10 +1177,19 @@ print(on_off["on ahead in every round"].all(), (on_off["cached tokens off (sum)"
 # pad: the Triton backend, for one, computes attention for the new tokens only (`forward_extend` in
 # `triton_backend.py`). A measurement of time to first token at a fixed number of new tokens behind
 # a growing cached prefix, per engine, would test this; this chapter does not make it.
+# :::
 
 # %% [markdown]
 # ### Throughput, with cache salts
 #
+# Requests that run together can share what one of them computed, even in an emptied cache. A *cache
+# salt*, a per-request value both engines mix into their cache keys, prevents that. A burst of
+# `salted_requests` few-shot requests ran at once, cache on and salted, in `rounds` rounds. Before
+# each burst one unsalted request with the same system prompt ran alone, untimed: "cache on" is a
+# cache that already holds the shared prefix, as on a server that has served it before, and a
+# salted request cannot use it.
+#
+# :::{dropdown} How we know: where each engine mixes in the salt, and how the bursts are run
 # Emptying the cache cannot turn it off for requests that run together: they can still share what
 # one of them computed. A per-request *cache salt* can. Both engines accept one. vLLM mixes
 # `cache_salt` into the hash of a request's first block, and so into every block hash chained after
@@ -1072,6 +1211,7 @@ print(on_off["on ahead in every round"].all(), (on_off["cached tokens off (sum)"
 # the system prompt once per request, fits each server's KV cache at once (printed below), so
 # neither run waits for memory: they differ in what they prefill. A run lasts from its first request
 # sent to its last answer.
+# :::
 
 # %%
 from servelab.measure.prefix_salt import kv_needed, ratios
@@ -1116,6 +1256,9 @@ print((throughput["cached tokens off"] == 0).all(), (throughput["cached tokens o
       all(needed <= usable for needed, usable in salted_fit.values()))
 
 # %% [markdown]
+# Each engine against itself: with the cache on, more requests per second in every round.
+#
+# :::{dropdown} How we know: what the salted-burst checks test
 # With the cache on, every request of the burst found the system prompt cached and prefilled only
 # its question; with a salt each, neither the requests' reports nor the engine's counter show a
 # single cached token, in flight or before, although an unsalted request with the same system
@@ -1128,10 +1271,16 @@ print((throughput["cached tokens off"] == 0).all(), (throughput["cached tokens o
 # one. Both runs used the same small KV budget, and the salted burst fitted it (the last check), so
 # the ratio is the prefill saved and not a request left waiting for memory; a burst that did not
 # fit would queue salted requests, which would add to the ratio.
+# :::
 
 # %% [markdown]
 # ## The verdict on the articles' advice
 #
+# The source articles advise SGLang for agents and structured output for its radix-cache reuse, and
+# say that SGLang, keeping no duplicate KV, fits larger batches into GPU memory, quoting SGLang's
+# launch post:
+#
+# :::{dropdown} How we know: where the articles say it
 # The source articles make three claims about the radix cache. The selection guide's second line
 # reads, in the Spanish version (`seeds/004_ae5155f0df38b2f8.txt`), "Agentes de IA y Salida JSON
 # Estructurada: Elija SGLang por su alta tasa de reutilización de caché Radix" (AI agents and
@@ -1140,6 +1289,7 @@ print((throughput["cached tokens off"] == 0).all(), (throughput["cached tokens o
 # on complex structured prompting. The long Japanese comparison (`seeds/003_dfbb9b238a691daf.txt`)
 # says that SGLang, keeping no duplicate KV, fits larger batches into limited GPU memory, and
 # repeats a throughput figure from the SGLang team's launch post:
+# :::
 
 # %%
 from IPython.display import Markdown
@@ -1149,12 +1299,21 @@ from servelab.book.quoted_figures import quote_markdown
 Markdown(quote_markdown("sglang_lmsys_5x"))
 
 # %% [markdown]
+# That figure compares SGLang with a vLLM that did not yet cache prefixes by default; this chapter
+# neither confirms nor refutes it.
+#
+# :::{dropdown} How we know: what this chapter does and does not measure of the figure
 # That figure compares SGLang with the vLLM of early 2024 (0.2.5), before vLLM cached prefixes by
 # default; this chapter measures throughput only for a small burst, each engine with its cache on
 # against itself with the cache off (the section on caching on and off), not one engine against the
 # other under load, so it neither confirms nor refutes the figure for today's versions. Structured
 # output is a matter of constrained decoding, not of the cache, and is not measured here either.
+# :::
 #
+# Counting them: how many requests sharing the few-shot system prompt fit at once in our two
+# caches, in the same KV tokens, shared or each with its own copy:
+#
+# :::{dropdown} How we know: how the count is made
 # Larger batches from shared prefixes can be counted. Both engines hold a shared prefix once: vLLM's
 # blocks are reference-counted and a hit points a request at the same blocks, as SGLang's tree
 # points it at the same nodes. How many requests that share the few-shot system prompt can run at
@@ -1162,6 +1321,7 @@ Markdown(quote_markdown("sglang_lmsys_5x"))
 # a prefix of the same length that every request holds alone, both in the same number of KV tokens:
 # the smaller of the two servers' usable capacities (vLLM's budget loses one block to its null
 # block), so that only the granularity differs:
+# :::
 
 # %%
 from servelab.measure.prefix_analysis import concurrent_fit
@@ -1189,13 +1349,16 @@ print((per["shared"] > per["one each"]).all(),
       per.loc["SGLang radix tree", "shared"] >= per.loc["vLLM blocks", "shared"])
 
 # %% [markdown]
-# Sharing multiplies the requests that fit, in both caches: the larger batches are real, and not
-# SGLang's alone. The block cache fits fewer, because only full blocks are shared: each request
-# holds its own copy of the shared prefix's last, partly filled block, and its question in whole
-# blocks, so the larger the block, the fewer requests. The simulation admits every request at once
-# with its whole prompt and decodes nothing; a live engine also reserves room for the tokens it
-# will generate. For the cache, the
-# measurements of this chapter are collected in one table:
+# Sharing multiplies the requests that fit, in both caches: larger batches are not SGLang's alone.
+# Blocks fit fewer, as each request keeps its own copy of the prefix's partly filled last block and
+# its question in whole blocks: larger blocks, fewer requests.
+#
+# :::{dropdown} How we know: what the count leaves out
+# The simulation admits every request at once with its whole prompt and decodes nothing; a live
+# engine also reserves room for the tokens it will generate.
+# :::
+#
+# The chapter's measurements, in one table:
 
 # %%
 from servelab.measure.prefix_analysis import verdict_table
@@ -1212,6 +1375,11 @@ results.save("prefix_verdict", verdict.reset_index(names="measure"), prof)
 verdict
 
 # %% [markdown]
+# So "choose SGLang for agents because of its radix cache" overstates the case today: both engines
+# cache and share prefixes by default, and SGLang's extra hits are bounded by one vLLM block per
+# request; eviction and scheduling can matter more.
+#
+# :::{dropdown} How we know: the verdict table row by row, and what it means
 # Read the table row by row:
 #
 # - **Agents and multi-turn chat.** SGLang's tree finds more than vLLM's blocks, because vLLM
@@ -1247,13 +1415,12 @@ verdict
 # fits the cache, and a deployment can measure that on its own traffic with the tools of this
 # chapter.
 #
-# ## What it means
-#
 # Prefix caching turns repeated prompt tokens into memory reads. Both engines do it, by default,
 # and our two small caches, checked against the engines' own code, predicted every hit the live
 # engines reported in this chapter when requests ran one at a time, and bounded every hit of the
 # agent tree that SGLang's frontend ran with its branches in parallel. The numbers behind the
 # paragraphs above:
+# :::
 
 # %%
 gap = both.sglang - both.vllm
@@ -1284,8 +1451,7 @@ print(f"A burst of {salted_requests} few-shot requests, requests per second with
                   for e, r in throughput.iterrows()) + ".")
 
 # %% [markdown]
-# ## Where to read the engines' code
-#
+# :::{dropdown} How we know: where to read the engines' code
 # - vLLM: `v1/core/kv_cache_utils.py` (block hashes, `get_request_block_hasher`),
 # `v1/core/block_pool.py`
 #   (the hash-to-block map, the free queue, eviction when a cached block is reused),
@@ -1297,23 +1463,36 @@ print(f"A burst of {salted_requests} few-shot requests, requests per second with
 #   and `srt/mem_cache/registry.py` (what the server builds), `srt/managers/schedule_batch.py`
 #   (`_compute_max_prefix_len`: the same last-token cap), `srt/managers/schedule_policy.py` (the
 #   policies and their fallbacks).
+# :::
+#
+# ## What to remember
+#
+# - Both engines cache prefixes by default: what requests share, a system prompt, a conversation, a
+#   task, can be prefilled once.
+# - SGLang reuses a prefix to the token, vLLM in whole blocks; the gap, under one vLLM block per
+#   request, matters when what each request adds is short next to a block.
+# - In a cache too small for the working set, the unit of eviction and the order of prefills decide
+#   what survives: SGLang's `lpm` kept a prefix that `fcfs` let fresh prompts evict.
+# - Measure the saving against an emptied or salted cache, in rounds; the time saved need not match
+#   the tokens saved.
 #
 # ## Exercises
 #
-# 1. vLLM's default block is 16 tokens (`CacheConfig.DEFAULT_BLOCK_SIZE` in `vllm/config/cache.py`);
-#    the CPU platform raises it (`vllm/platforms/cpu.py`), and on a GPU it stays unless the
-# attention
-#    backend prefers another size (`update_block_size_for_backend` in
-# `vllm/platforms/interface.py`).
-#    Using the token ids of this run and our block cache, how much of the hit-rate gap to SGLang
+# 1. Using the token ids of this run and our block cache, how much of the hit-rate gap to SGLang
 #    remains on each workload with another block size: 16 tokens, or 128 if this run already uses
-# 16?
+#    16?
 # 2. What is the smallest KV budget at which the second round of the cycle workload finds as much
 #    as it would with an unlimited cache, for each engine's cache? Give it as the `kv_cache_tokens`
 #    a server would be started with.
 # 3. In the multi-turn conversation, how many tokens does each turn prefill beyond its own new
 #    messages, with SGLang's tree and with vLLM blocks of this run's size and of the other size of
 #    exercise 1?
+#
+# :::{dropdown} How we know: vLLM's default block size
+# vLLM's default block is 16 tokens (`CacheConfig.DEFAULT_BLOCK_SIZE` in `vllm/config/cache.py`);
+# the CPU platform raises it (`vllm/platforms/cpu.py`), and on a GPU it stays unless the attention
+# backend prefers another size (`update_block_size_for_backend` in `vllm/platforms/interface.py`).
+# :::
 #
 # The solutions are in the hidden cells below (the functions are in
 # `servelab/measure/prefix_analysis.py`).

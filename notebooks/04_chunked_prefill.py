@@ -22,19 +22,19 @@
 # pieces. The price is paid by the long prompt: its first token comes later, because its work is
 # spread over more steps and each step has a fixed cost.
 #
-# In vLLM the budget is `--max-num-batched-tokens`, shared by decodes and prompt chunks
-# (`vllm/v1/core/sched/scheduler.py`, `Scheduler.schedule`: `token_budget` at line 611); in SGLang it
-# is `--chunked-prefill-size` (`sglang/srt/managers/schedule_policy.py`, `PrefillAdder` at line 607,
-# `rem_chunk_tokens` at 639). The source articles describe chunked prefill as cutting inputs into
-# fixed blocks, "z. B. 512 oder 1024 Token" in the German one (seed `001_b130d5042be47fe3.txt`; the
-# Spanish one says the same). That is not what either engine does, as the first table below shows:
-# in vLLM a chunk is whatever the budget leaves after the running requests' tokens, and in SGLang
-# with mixed chunk it is the chunk size minus the decodes riding along; only SGLang without mixed
-# chunk cuts blocks of the full chunk size. The articles launch vLLM with
-# `--enable-chunked-prefill --max-num-batched-tokens 2048`. This chapter builds the scheduler as a
-# small simulator, calibrates its step cost on this machine, measures both engines with a steady
-# set of streams and one long prompt, and sets the simulator's prediction beside the measurement.
-# It ends with what the flags mean in the installed versions and a rule for choosing the budget.
+# In vLLM the budget is `--max-num-batched-tokens`, shared by decodes and prompt chunks; in SGLang it
+# is `--chunked-prefill-size`. Two measures show who pays. A stream's inter-token gap is the time
+# between two tokens it receives; the long prompt's time to first token (TTFT) is the time from
+# sending it to receiving its first token. This chapter builds the scheduler as a small simulator,
+# calibrates its step cost on this machine, measures both engines with a steady set of streams and
+# one long prompt, and sets the simulator's prediction beside the measurement. It ends with what the
+# flags mean in the installed versions and a rule for choosing the budget.
+#
+# :::{dropdown} How we know: where each engine keeps the budget
+# In vLLM the budget is `token_budget` in `Scheduler.schedule` (`vllm/v1/core/sched/scheduler.py`);
+# in SGLang it is `rem_chunk_tokens`, set in `PrefillAdder` (`sglang/srt/managers/schedule_policy.py`).
+# :::
+#
 
 # %% tags=["parameters"]
 profile = "auto"
@@ -80,13 +80,23 @@ pd.set_option("display.max_colwidth", 90)
 # does. vLLM has no prefill phase and no decode phase: every request just has tokens still to
 # compute. Requests already running are served first, in the order they were admitted, one token
 # each if they decode and as much of their prompt as the budget left allows if they prefill; then
-# waiting requests are admitted while budget remains. SGLang forms a step that is either a prefill
-# batch or a decode batch, and prefers the prefill batch: while a prompt is being chunked, the
-# running requests do not decode unless `--enable-mixed-chunk` lets them ride in the prefill batch,
-# or `--prefill-decode-interval N` makes the scheduler run N decode batches after every prefill batch,
-# a chunk included, before it forms the next one (`sglang/srt/arg_groups/fields/schedule.py`, lines
-# 56-62; `sglang/srt/managers/scheduler.py`, `_should_defer_prefill` at line 1400, armed at 4015; off
-# unless set, `sglang/srt/arg_groups/validation_hook.py` lines 665-674). The simulator models both.
+# waiting requests are admitted while budget remains.
+#
+# SGLang forms a step that is either a prefill batch or a decode batch, and prefers the prefill
+# batch: while a prompt is being chunked, the running requests do not decode unless
+# `--enable-mixed-chunk` lets them ride in the prefill batch (mixed chunk), or
+# `--prefill-decode-interval N` makes the scheduler run N decode batches after every prefill batch,
+# a chunk included, before it forms the next one. The simulator models both.
+#
+# :::{dropdown} How we know: SGLang's prefill-decode interval in the source
+# The flag is the `prefill_decode_interval` field of `Schedule` in
+# `sglang/srt/arg_groups/fields/schedule.py`. The scheduler consults it in `_should_defer_prefill`
+# and arms it with `_arm_prefill_decode_interval` in `get_next_batch_to_run`
+# (`sglang/srt/managers/scheduler.py`). It is off unless set
+# (`default_unset_prefill_decode_interval` in `sglang/srt/arg_groups/validation_hook.py`), with one
+# exception the flag's help names: profiled Qwen3-VL serving configurations on Hopper GPUs may pick
+# an interval of their own. No profile of this book serves such a model.
+# :::
 #
 # A tiny case shows every step: two streams that decode, and a prompt of 10 tokens arriving at the
 # start, with a budget of 6 tokens per step. Each step costs one unit of time here, so the table
@@ -120,22 +130,43 @@ for name, config in {"vLLM, budget 6": SchedulerConfig("vllm", budget=6),
 # step. The P cells of the long prompt are its chunks: not fixed blocks, but what each step's
 # budget leaves after the decodes.
 #
-# What the simulator leaves out, so that its errors below can be read: no preemption and no KV
-# cache limit; no prefix caching; requests reach the scheduler only at step boundaries and a
-# step's tokens reach the client when the step ends; the cost of a step is a fixed linear function
-# of what it holds (a constant per step, per prompt token, per decoding request and per token of
-# context those decodes read), with no noise, no warm-up and no other process on the machine; a
-# prompt chunk costs the same wherever it lies in its prompt, although its attention over the
-# earlier chunks grows with its position; every request produces exactly the tokens it asked for.
-# The simulator plans a step only after the previous one ended, while on a GPU vLLM turns async
-# scheduling on by default where nothing rules it out (`vllm/config/vllm.py`, lines 1585-1644) and
-# SGLang runs its overlap scheduler unless `--disable-overlap-schedule` is set: both plan step N+1
-# while step N runs, so a request that arrives during a step can wait one step more. The measured
-# side has two simplifications of its own: a streamed chunk may carry several tokens (the client
-# counts a chunk as one arrival of all its tokens), and every timestamp is when the client received
-# the chunk, not when the engine produced it. On this cpu profile the client and the engines share
-# two cores, so that delay is part of every gap measured here; on a GPU machine it is smaller.
+# :::{dropdown} How we know: the articles' fixed blocks
+# The source articles describe chunked prefill as cutting inputs into fixed blocks, "z. B. 512 oder
+# 1024 Token" in the German one (seed `001_b130d5042be47fe3.txt`; the Spanish one says the same).
+# That is not what either engine does, as the table above shows: in vLLM a chunk is whatever
+# the budget leaves after the running requests' tokens, and in SGLang with mixed chunk it is the
+# chunk size minus the decodes riding along; only SGLang without mixed chunk cuts blocks of the full
+# chunk size. The articles launch vLLM with `--enable-chunked-prefill --max-num-batched-tokens 2048`.
+# :::
 #
+# Beyond the tiny case, the cost of a step is a fixed linear function of what it holds, fitted on
+# this machine further down. The simulator leaves a good deal out; the list is in the dropdown, so
+# that its errors further on can be read.
+#
+# :::{dropdown} How we know: what the simulator and the measurement leave out
+# What the simulator leaves out, so that its errors below can be read: no preemption (a running
+# request is never paused to free its memory for others) and no KV cache limit (the KV cache holds
+# the attention keys and values of every token computed so far); no prefix caching; requests reach
+# the scheduler only at step boundaries and a step's tokens reach the client when the step ends; the
+# cost of a step is a fixed linear function of what it holds (a constant per step, per prompt token,
+# per decoding request and per token of context those decodes read), with no noise, no warm-up and
+# no other process on the machine; a prompt chunk costs the same wherever it lies in its prompt,
+# although its attention over the earlier chunks grows with its position; every request produces
+# exactly the tokens it asked for. The simulator plans a step only after the previous one ended,
+# while on a GPU vLLM turns async scheduling on by default where nothing rules it out
+# (`VllmConfig.__post_init__` in `vllm/config/vllm.py`) and SGLang runs its overlap scheduler unless
+# `--disable-overlap-schedule` is set: both plan step N+1 while step N runs, so a request that
+# arrives during a step can wait one step more.
+#
+# The measured side has two simplifications of its own: a streamed chunk may carry several tokens
+# (the client counts a chunk as one arrival of all its tokens), and every timestamp is when the
+# client received the chunk, not when the engine produced it. On this cpu profile the client and the
+# engines share two cores, so that delay is part of every gap measured here; on a GPU machine it is
+# smaller.
+# :::
+#
+
+# %% [markdown]
 # ## The scenario, sized for this profile
 #
 # A few streams with short prompts start together. When the last of them has received a few tokens
@@ -146,10 +177,15 @@ for name, config in {"vLLM, budget 6": SchedulerConfig("vllm", budget=6),
 #
 # Six servers: vLLM at the smallest and the largest budget; vLLM at the largest budget with
 # `--long-prefill-token-threshold` set to the smallest, which caps the prompt tokens one request
-# may compute in a step (`vllm/config/scheduler.py`: default 0, no cap; applied only while more than
-# one request is running or waiting); SGLang with `--enable-mixed-chunk` at the smallest and the
-# largest chunk size; and SGLang at the smallest chunk size without it. The budgets in between are
-# left to the simulator.
+# may compute in a step; SGLang with `--enable-mixed-chunk` at the smallest and the largest chunk
+# size; and SGLang at the smallest chunk size without it. The budgets in between are left to the
+# simulator.
+#
+# :::{dropdown} How we know: vLLM's long-prefill threshold
+# The threshold is `long_prefill_token_threshold` in `vllm/config/scheduler.py`: default 0, no cap;
+# applied only while more than one request is running or waiting.
+# :::
+#
 
 # %%
 sizes = prof.chunk_sizes
@@ -167,29 +203,40 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # %% [markdown]
 # ## The real engines, measured
 #
-# One server per setting, since every budget is a server flag. On the cpu profile the three servers
-# of one engine run side by side; on a GPU, where each asks for most of the card, only one runs at a
-# time, so each round starts each server afresh. Each server is calibrated if marked so (below, on
-# its first start), then runs the scenario once untimed after every start, so that no measured run
-# pays the server's one-off costs. The scenario runs in `rounds` rounds: in each, every server of
-# the engine once, in turn, the first server changing from round to round, each round with fresh
-# prompts, so nothing is served from the prefix cache of another round. A slow stretch of the
-# machine then lands on every setting of the round, and each ratio below is one per round: the
-# chapter states the median round and the range, and a conclusion only where every round agrees
-# (`measure_rounds` in `servelab/measure/chunked_prefill_live.py`). The streaming client keeps
-# per-token timestamps (`servelab/measure/chunked_prefill.py`:
-# prompts are token ids, so they have exactly the length asked for, and every answer is forced to
-# its full length). On one server per engine the step cost is calibrated first: single prompts of
-# a few lengths timed alone (their time to first token) and batches of streams decoding together
-# (their inter-token gap). The window that matters runs from the long prompt's arrival to its
-# first token: the streams' inter-token gaps during it (median, 90th percentile, longest: with a
-# handful of gaps per window, the `gaps` column, a 99th percentile would be the longest gap again)
-# and the long prompt's time to first token (TTFT). The `reported` columns are what each running server says about its
-# own budget: SGLang's `/server_info`, and for vLLM the budget its scheduler config writes to the
-# server log at start. vLLM's own `/server_info` returns the whole `vllm_config`, scheduler config
-# included, but only on a server started with `VLLM_SERVER_DEV_MODE=1`
-# (`vllm/entrypoints/serve/__init__.py`, lines 43-57; `vllm/entrypoints/serve/dev/server_info/api_router.py`,
-# lines 43-52), a development mode servelab leaves off.
+# One server per setting, since every budget is a server flag. On one server per engine the step
+# cost is calibrated first: single prompts of a few lengths timed alone (their time to first token)
+# and batches of streams decoding together (their inter-token gap). The scenario runs in `rounds`
+# rounds, each with fresh prompts: in each, every server of the engine once, in turn. Each ratio
+# below is one per round: the chapter states the median round and the range, and a conclusion only
+# where every round agrees. The window that matters runs from the long prompt's arrival to its first
+# token: the streams' inter-token gaps during it (median, 90th percentile, longest) and the long
+# prompt's TTFT. The 90th percentile (p90) is the gap that nine in ten gaps do not exceed.
+#
+# :::{dropdown} How we know: how the servers take turns
+# On the cpu profile the three servers of one engine run side by side; on a GPU, where each asks
+# for most of the card, only one runs at a time, so each round starts each server afresh. Each
+# server is calibrated if marked so (below, on its first start), then runs the scenario once untimed
+# after every start, so that no measured run pays the server's one-off costs. The first server
+# changes from round to round, and each round has fresh prompts, so nothing is served from the
+# prefix cache (the engine's store of prompt prefixes it has already computed) of another round. A
+# slow stretch of the machine then lands on every setting of the round (`measure_rounds` in
+# `servelab/measure/chunked_prefill_live.py`).
+# :::
+#
+# :::{dropdown} How we know: what the client records and what the servers report
+# The streaming client keeps per-token timestamps (`servelab/measure/chunked_prefill.py`: prompts
+# are token ids, so they have exactly the length asked for, and every answer is forced to its full
+# length). The table gives no 99th percentile: with a handful of gaps per window, the `gaps` column,
+# it would be the longest gap again.
+#
+# The `reported` columns are what each running server says about its own budget: SGLang's
+# `/server_info`, and for vLLM the budget its scheduler config writes to the server log at start.
+# vLLM's own `/server_info` returns the whole `vllm_config`, scheduler config included, but only on
+# a server started with `VLLM_SERVER_DEV_MODE=1` (`register_vllm_dev_api_routers` in
+# `vllm/entrypoints/serve/__init__.py`; `show_server_info` in
+# `vllm/entrypoints/serve/dev/server_info/api_router.py`), a development mode servelab leaves off.
+# :::
+#
 
 # %%
 runs = live.measure_rounds(configs, {c.label: servers[c.label].server(prof) for c in configs}, scenario,
@@ -231,6 +278,19 @@ round_table = pd.DataFrame({name: {"median": r.median(), "lowest round": r.min()
 print(f"{rounds} rounds; a difference that is not there puts every round on one side by chance "
       f"{chance_of_agreement(rounds):.0%} of the time.")
 round_table.round(2)
+
+# %% [markdown]
+# The table gives each ratio's median round and the lowest and highest round. The check below states
+# the chapter's conclusions about both engines, each one only where every round agrees.
+#
+# :::{dropdown} How we know: what the check tests
+# Each line of the check compares the lowest round of one ratio with a bound, so it prints `True`
+# only where every round is past that bound. The servers of a round take turns, so a slow
+# stretch of the machine lands on every setting of that round rather than on one setting. The line
+# printed above the table gives how often rounds that measure no real difference would still all
+# land on one side by chance.
+# :::
+#
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -278,15 +338,21 @@ plt.show()
 # %% [markdown]
 # ## The cost model, calibrated on this machine
 #
-# Each engine's samples are fitted to the simulator's linear step cost (least squares on relative
-# error, no negative costs). The table gives the coefficients and how far the fitted model is from
-# its own samples; the residual table shows every sample. The samples cannot separate every term:
-# vLLM's prefill samples are all one step of one request (the calibration budget holds each prompt
-# whole), so its per-step cost and the fixed part of a request are one number, and SGLang's prefill
-# steps grow in proportion to the tokens, so its per-step and per-token costs trade off against
-# each other. Only the decode samples, with 1 and several streams over short and long contexts,
-# separate the per-decode and per-context terms; where noise makes a term negative, the fit fixes it
-# at zero (the last column), which is a statement about the noise, not a cost of zero.
+# Each engine's calibration samples (the timed prompts and decode batches) are fitted to the
+# simulator's linear step cost (least squares on relative error, no negative costs). The table gives
+# the coefficients and how far the fitted model is from its own samples; the residual table shows
+# every sample.
+#
+# :::{dropdown} How we know: which cost terms the samples pin down
+# The samples cannot separate every term: vLLM's prefill samples are all one step of one request
+# (the calibration budget holds each prompt whole), so its per-step cost and the fixed part of a
+# request are one number, and SGLang's prefill steps grow in proportion to the tokens, so its
+# per-step and per-token costs trade off against each other. Only the decode samples, with 1 and
+# several streams over short and long contexts, separate the per-decode and per-context terms; where
+# noise makes a term negative, the fit fixes it at zero (the last column), which is a statement
+# about the noise, not a cost of zero.
+# :::
+#
 
 # %%
 costs = {engine: fit_cost_model(group) for engine, group in runs.calibration.groupby("engine")}
@@ -388,6 +454,12 @@ print(f"gaps per stream in the window, {sgl_plain_cfg.label}: {sgl_plain.gaps / 
 (100 * error_table[compared]).round(0).rename(columns=lambda m: f"{m} error (%)")
 
 # %% [markdown]
+# The table gives, for each server and each metric, the simulator's error: its prediction over the
+# measurement, minus one, so a negative error is a prediction that was too short. The cell after it
+# tests one reason the simulator can fall short: whether a prompt's later chunks cost more than its
+# early ones.
+#
+# :::{dropdown} How we know: what the error leaves out and what the growth test shows
 # The error is predicted over measured, minus one (the median gap is left out: in SGLang without
 # mixed chunk each stream has only the number of gaps printed above in the window, so its median
 # says nothing). The simulator knows only the calibrated linear costs: requests that reach the
@@ -402,6 +474,8 @@ print(f"gaps per stream in the window, {sgl_plain_cfg.label}: {sgl_plain.gaps / 
 # grew, so the growth does not explain vLLM's errors, and the cause is something this chapter does
 # not measure (a mixed step of chunk and decodes, which the calibration never timed, is the first
 # candidate).
+# :::
+#
 
 # %%
 chunked_small = [c for c in configs if (c.engine == "vllm" or c.mixed_chunk)
@@ -412,9 +486,13 @@ results.save("chunked_prefill_gap_growth", growth_table.reset_index(), prof, rou
 growth_table.round(2)
 
 # %% [markdown]
-#
 # ## What the flags mean today
 #
+# The next cells show both engines' defaults, read from their own code on this machine, and have
+# each engine's own argument parser judge the flags the articles name. Neither default budget is a
+# fixed number: each engine derives it in part from the machine it starts on.
+#
+# :::{dropdown} How we know: where the defaults and the verdicts come from
 # Both engines' defaults, read from their own code on this machine: vLLM's `EngineArgs` field
 # defaults and its `get_batch_defaults` (which picks the default budget from the platform, the
 # device memory and whether the server or the `LLM` class is starting; the table is per world
@@ -426,6 +504,8 @@ growth_table.round(2)
 # without starting an engine, `servelab/engines/flags.py`): chunked prefill with 512 and 1024
 # tokens per step, the vLLM flag for several partial prefills, the long-prefill threshold, and
 # SGLang's forms. The model id only needs to be one the parsers can resolve offline.
+# :::
+#
 
 # %%
 model_id = "meta-llama/Llama-3.1-8B-Instruct"
@@ -471,16 +551,23 @@ print(not accepted["--enable-chunked-prefill (sglang)"], accepted["--chunked-pre
       defaults["sglang"]["resolved enable_mixed_chunk"] is False)
 
 # %% [markdown]
+# The articles' vLLM command sets `--enable-chunked-prefill --max-num-batched-tokens 2048`. The cell
+# below prints what its two chunking flags do, set against the defaults above: the first restates
+# vLLM's default, and the second replaces a default budget that depends on the device.
+#
+# :::{dropdown} How we know: the articles' two chunking flags in vLLM's source
 # The articles' vLLM command (`--enable-chunked-prefill --max-num-batched-tokens 2048` on four
 # GPUs with tensor parallelism) is checked in chapter 00 with the rest of their commands; here is
 # what its two chunking flags do, set against the defaults above. `enable_chunked_prefill` left
-# unset takes the model's `is_chunked_prefill_supported` (`vllm/config/model.py`, lines 2175-2215:
-# true for decoder-only generative models) in `_set_default_chunked_prefill_and_prefix_caching_args`
-# (`vllm/engine/arg_utils.py`, lines 2990-2994). The default budget the article's `2048` replaces
-# depends on the platform: on CPU it is 2048 times the world size (`arg_utils.py`, lines 2975-2979),
-# on a CUDA GPU it is set by the device's memory and name, not the world size (lines 2923-2952). The
-# cell prints vLLM's own `get_batch_defaults` for a few stand-in CUDA devices, since the article's
-# command is meant for GPUs.
+# unset takes the model's `is_chunked_prefill_supported` (`ModelConfig.is_chunked_prefill_supported`
+# in `vllm/config/model.py`: true for decoder-only generative models) in
+# `_set_default_chunked_prefill_and_prefix_caching_args` (`vllm/engine/arg_utils.py`). The default
+# budget the article's `2048` replaces depends on the platform, in `EngineArgs.get_batch_defaults`
+# (`arg_utils.py`): on CPU it is 2048 times the world size, on a CUDA GPU it is set by the device's
+# memory and name, not the world size. The cell prints vLLM's own `get_batch_defaults` for a few
+# stand-in CUDA devices, since the article's command is meant for GPUs.
+# :::
+#
 
 # %%
 article = next(c for c in flags.article_commands() if c["id"] == "vllm-speculative-config")
@@ -577,16 +664,39 @@ print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vll
 # exercises, not measured). Both are off by default; without them the chunk size bounds each
 # step's length but the running streams still wait for the last chunk, as the source reading and
 # the simulator predicted. Mixed chunk has a price, printed above: the long prompt's TTFT grows,
-# since the decodes take their rows off every chunk. The simulator gets the shape of the trade-off
-# but under-predicts its level. For SGLang with mixed chunk part of that is the chunks getting more
-# expensive as the prompt grows (its late/early gap ratio), which a linear cost model would need a
-# term for, calibrated with prompts long enough to be chunked; for vLLM the median round of the
-# late/early ratio stays close to one (a single round can reach higher, printed above), so that is
-# not the main cause there, and the cause is left open. Every ratio is the
-# median of the rounds, printed with their range; the checks above hold in every round. A smaller
-# budget is not free either: it buys shorter gaps for the streams and costs the long prompt the fixed cost of
-# every step it adds.
+# since the decodes take their rows off every chunk.
 #
+# A smaller budget is not free either: it buys shorter gaps for the streams and costs the long
+# prompt the fixed cost of every step it adds. The simulator gets the shape of the trade-off but
+# under-predicts its level.
+#
+# :::{dropdown} How we know: why the simulator falls short, and how firm the ratios are
+# For SGLang with mixed chunk part of the under-prediction is the chunks getting more expensive as
+# the prompt grows (its late/early gap ratio), which a linear cost model would need a term for,
+# calibrated with prompts long enough to be chunked; for vLLM the median round of the late/early
+# ratio stays close to one (a single round can reach higher, printed above), so that is not the
+# main cause there, and the cause is left open. Every ratio is the median of the rounds, printed
+# with their range; the checks above hold in every round.
+# :::
+#
+
+# %% [markdown]
+# ## What to remember
+#
+# - Chunked prefill cuts a long prompt into pieces that fit a per-step token budget, so the streams
+#   keep receiving tokens; the long prompt pays with a later first token, a fixed cost per step.
+# - A chunk is not a fixed block: in vLLM it is what `--max-num-batched-tokens` leaves after the
+#   running requests' tokens; in SGLang with mixed chunk, `--chunked-prefill-size` minus the decodes.
+# - In SGLang, chunking alone does not keep the streams going: without `--enable-mixed-chunk` or
+#   `--prefill-decode-interval`, both off by default, they wait for the last chunk (the chapter
+#   measured their longest stall at more than half the long prompt's TTFT, in every round).
+# - The budget sets the streams' worst gap almost linearly: take the largest budget whose step fits
+#   the inter-token latency you promise, lower it when the p90 gap during long prompts breaks that
+#   promise, raise it when long prompts wait too long for their first token.
+# - A linear step cost fitted on the machine got the trade-off's shape but under-predicted its
+#   level: check a simulator's answer against a live run on your own server.
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. With vLLM's fitted cost, which `--long-prefill-token-threshold` makes the largest budget

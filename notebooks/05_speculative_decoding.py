@@ -69,12 +69,17 @@ prof = banner.start(profile)
 # verification costs one target step, the k draft steps and the verification take kc + 1 steps,
 # and the walltime improvement is E / (kc + 1).
 #
+# So while verifying costs a plain step (a decode step, no speculation), the gain is at most k + 1,
+# and a draft accepted less often than it costs (α ≤ c) never pays.
+#
+# :::{dropdown} How we know: the bound, and vLLM's acceptance rate
 # Two things follow. As long as verifying costs at least one plain step, the gain is bounded by
 # k + 1, reached only with a free, perfect draft; a verification that a machine runs faster than a
 # single-token step (we will meet one) moves that bound up by the same factor. And a draft that is
 # accepted less often than it costs (α ≤ c) can never pay. vLLM reports a "draft
 # acceptance rate", accepted over drafted tokens, which is not α: drafted tokens after a rejection
 # are counted but never checked, so that rate is lower than α.
+# :::
 
 # %%
 alphas = np.round(np.linspace(0, 1, 101), 2)
@@ -107,6 +112,12 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# Left: E for each k; with α = 0.5 even unlimited drafts give at most two tokens per verification.
+# Middle: vLLM's "draft acceptance rate", accepted over drafted tokens; it counts drafted tokens after
+# a rejection, never checked, so for every k above 1 it is below α. Right: the best k, growing with α,
+# shrinking as the draft gets dearer. The speedups there:
+#
+# :::{dropdown} How we know: reading the panels, and the search's bound on k
 # On the left, E for each k: with α = 0.5 even unlimited drafts give at most two tokens per
 # verification. In the middle, vLLM's rate for the same α: it equals (E − 1)/k, which is α only
 # for k = 1 and falls further below α the longer the draft. On the right, the best k grows with α
@@ -120,6 +131,7 @@ plt.show()
 # Where the best k found is `k_max` itself, the bound decides, not the theory. At α = 1 that is
 # so for every c below 1, since every longer draft is then better; the line under the table lists
 # every α and c of the grid where it happens. The speedups at those best k:
+# :::
 
 # %%
 capped = best[best["best k"] == k_max].groupby("c").alpha.agg(list)  # where the search's bound decides
@@ -138,11 +150,13 @@ table.pivot(index="alpha", columns="c", values=["best k", "speedup at best k"]).
 # it does operations. A pass over n tokens reads the same weights once and does n times the
 # arithmetic, so its time stays flat until the arithmetic catches up with the reading.
 #
+# :::{dropdown} How we know: what NumPy measures
 # Two numbers from this machine, measured with NumPy in this kernel
 # (`servelab/measure/speculative.py`): memory bandwidth (best of several passes that sum a
 # 512 MiB array, one thread) and matrix-multiply throughput (float32, all BLAS threads). Both are
 # the host's. On a GPU profile the weights live in GPU memory, whose bandwidth NumPy cannot see,
 # so there the roofline lines and columns below are left out (`host_roofline`).
+# :::
 
 # %%
 from servelab.measure.speculative import decode_roofline, forward_seconds_bound, matmul_flops, memory_bandwidth
@@ -157,12 +171,17 @@ results.save("speculative_machine", machine, prof)
 pd.Series(machine).round(1)
 
 # %% [markdown]
+# Now the engine: we start the vLLM servers this chapter times, a plain one and one per speculative
+# method.
+#
+# :::{dropdown} How we know: how the servers start
 # Now the engine. We start every vLLM server this chapter times at once: the plain one, one with
 # the n-gram method and one per draft (the drafts are explained below: on the cpu profile they are
 # cut from the model itself, which takes a moment the first time; a GPU profile names its own
 # draft model). Their starts overlap, and each waits idle while another is
 # measured. On a GPU profile, where each server claims most of the GPU's memory, they start one at
 # a time instead (`servelab/measure/lineup.py`).
+# :::
 
 # %%
 from concurrent.futures import ThreadPoolExecutor
@@ -195,6 +214,12 @@ pd.DataFrame([{"server": "plain", "speculative config": "-"}]
              + [{"server": m.name, "speculative config": m.config} for m in methods])
 
 # %% [markdown]
+# **One forward over n tokens.** A verification is one pass over k + 1 new tokens after a context held
+# in the KV cache (the attention keys and values kept for every token so they need not be recomputed).
+# We time such passes for several n; the dashed roofline is the larger of reading the weights once and
+# doing their arithmetic.
+#
+# :::{dropdown} How we know: the forward-pass measurement
 # **One forward over n tokens.** We send a prompt of two whole KV blocks once, so the prefix cache
 # holds it, then the same prefix followed by n new tokens, asking for one output token. The engine
 # then runs one forward over exactly those n tokens, with the prefix as context, which is what a
@@ -207,6 +232,7 @@ pd.DataFrame([{"server": "plain", "speculative config": "-"}]
 # bandwidth and doing their arithmetic at the measured FLOP/s. It is a reference, not a bound:
 # NumPy's one-thread bandwidth is below what the memory can deliver, so the true roofline lies at
 # or below this line.
+# :::
 
 # %%
 if (sweep_tokens - 1) % (k + 1):  # a whole number of verifications after the first token (see the sweep)
@@ -254,6 +280,10 @@ pd.DataFrame({"fastest (ms)": 1000 * fastest, "cost in one-token passes": fastes
 print((costs.cached_tokens == costs.prefix_tokens).all(), verify_cost(k + 1) < (k + 1) / 2)
 
 # %% [markdown]
+# The time is flat for the first few tokens, then climbs in a straight line: a pass over k + 1 tokens
+# costs far less than k + 1 passes over one.
+#
+# :::{dropdown} How we know: the checks, the dip and the gap to the roofline
 # The first check says every measured request found its whole prefix in the cache (so it really
 # ran only its n new tokens); the second, that a pass over k + 1 tokens costs far less than k + 1
 # passes over one. On the left the time is linear in n: flat for the first few tokens, then a
@@ -272,11 +302,17 @@ print((costs.cached_tokens == costs.prefix_tokens).all(), verify_cost(k + 1) < (
 # On the cpu profile the engine sits far above the roofline at small n, by a roughly constant
 # amount: the part of a step that is neither reading weights nor arithmetic (attention over the
 # context, sampling, scheduling, Python), large next to a model this small.
+# :::
 #
+# **Decoding against the roofline.** The plain engine answers the four tasks one at a time, beside the
+# rate the measured bandwidth allows:
+#
+# :::{dropdown} How we know: what the decode table holds
 # **Decoding against the roofline.** At batch size 1 every generated token reads every weight,
 # plus the keys and values of the tokens before it. Below is the plain engine's decode rate on the
 # chapter's tasks, one request at a time, next to the rate the measured bandwidth would allow, and
 # the bandwidth the engine actually used: weights and KV read per token, times tokens per second.
+# :::
 
 # %%
 base = live.answer_tasks(plain, setups.TASKS, task_tokens, repeats=plain_repeats)
@@ -297,6 +333,11 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
                                             if host_roofline else np.nan)}).round(2)
 
 # %% [markdown]
+# On the cpu profile a one-token step takes several times as long as reading the weights once (the
+# small table): a decode step is dominated by per-step overhead, which a pass over k + 1 tokens
+# shares, so verification costs about one step here too.
+#
+# :::{dropdown} How we know: medians, warm-up, copying answers and per-step overhead
 # The decode rates are medians of `plain_repeats` answers per task, after the plain server's
 # untimed warm-up (a server's first requests pay for work done once, and would make one task look
 # slow).
@@ -311,6 +352,7 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
 # shares, and it makes verification about as cheap as one step here just as bandwidth does on a
 # GPU serving a large model; the mechanism differs, the consequence for speculation is the same
 # while the pass stays small.
+# :::
 #
 # ## Speculative sampling from scratch
 #
@@ -319,6 +361,10 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
 # the target's token is drawn from the residual max(0, p − q), normalised; if all k are accepted,
 # one bonus token is drawn from p. Every emitted token is then distributed exactly as p.
 #
+# We check it on two toy "language models" over six tokens: a chi-square test against the target's
+# exact probabilities must pass the exact rule and reject two broken ones.
+#
+# :::{dropdown} How we know: the goodness-of-fit test
 # We check that claim as a statistician would. Two toy "language models" over six tokens are
 # bigram tables (the next token's distribution depends on the last token), so acceptance varies
 # with the context as it does in real models. Each rule generates `gof_samples` two-token
@@ -326,6 +372,7 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
 # with the exact probabilities of the target alone (`servelab/sim/speculative/chisquare.py`, which
 # computes its own p-values). Two broken rules must fail the same test: resampling a rejected
 # token from q instead of the residual, and accepting every draft token.
+# :::
 #
 # The whole rule, as `speculative_step` implements it for many sequences at once:
 
@@ -335,11 +382,15 @@ import inspect
 print(inspect.getsource(spec.speculative_step))
 
 # %% [markdown]
+# One verification, worked through on the toy models:
+#
+# :::{dropdown} How we know: the worked example, step by step
 # One verification, worked through: the toy target and draft below, a context token, the k tokens
 # the draft proposes, and for each its probability under both models and the chance min(1, p/q)
 # of being kept. The verification keeps the drafts up to the first rejection and adds one token of
 # the target's: a correction drawn from the residual where a draft was rejected, or a bonus token
 # drawn from p when all k were kept.
+# :::
 
 # %%
 rng = np.random.default_rng(seed)
@@ -379,11 +430,20 @@ verdict = gof.set_index("rule")[f"rejected at {significance}"]
 print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 
 # %% [markdown]
+# The exact rule passes; both broken rules are rejected.
+#
+# :::{dropdown} How we know: α in the toys, and the test of E
 # The exact rule passes and both broken rules are rejected, by the same test with the same number
 # of samples. The acceptance probability of these toys varies from row to row: the theory's α is
 # an average. With identical rows it is exactly Σ min(p, q), and then the sampler's mean tokens
 # per verification is the theory's E, which `tests/test_sim_speculative.py` checks.
+# :::
 #
+# Greedy decoding (temperature 0) is the limit where p puts all its mass on the target's argmax: the
+# rule keeps a draft token exactly when it is that argmax, so greedy speculative decoding must
+# reproduce greedy decoding token for token, which we check on the engine.
+#
+# :::{dropdown} How we know: the greedy limit, and how each engine verifies greedy requests
 # Greedy decoding (temperature 0) is the limit where p puts all its mass on the target's argmax,
 # whatever q is. The rule then keeps a draft token exactly when it is that argmax, and at the first
 # rejection the residual max(0, p − q) leaves only the argmax to emit. So greedy speculative
@@ -405,16 +465,26 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # keeps a drafted token with probability p(x) and otherwise draws from p with x removed: still
 # exactly p, only accepted less often than with the draft's own distribution. The n-gram method's
 # proposals are one-hot in the same way.
+# :::
 #
 # ## The real engine
 #
+# Each speculative server answers the chapter's tasks greedily, one at a time (three that repeat much
+# of their prompt, one open-ended), then waves of b identical requests for each b in `concurrency`.
+#
+# :::{dropdown} How we know: the tasks and the sweep
 # Each speculative server answers the chapter's tasks (`servelab/measure/speculative_setups.py`),
 # greedy, one request at a time, exactly as the plain server did above: three repetition-heavy
 # tasks (editing code, extracting quotes, summarising with citations) and one open-ended control.
 # Then every server, the plain one included and every draft, gets one wave of b identical
 # requests at once (the `sweep_task`) for each b in `concurrency`, each answer forced to
 # `sweep_tokens` tokens.
+# :::
 #
+# All of it runs `rounds` times. A speedup is a method's rate over the plain server's in the same
+# round, called faster or slower only where every round agrees.
+#
+# :::{dropdown} How we know: rounds, warm-ups, verdicts and the engine's timers
 # All of that, the tasks and the sweep, runs `rounds` times, round by round: each round measures
 # every server once, in turn, so a stretch where something else slows the machine falls on all
 # servers alike (`speculative_load.schedule`). Round r starts at server r mod n, so no server
@@ -449,6 +519,7 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # `…num_accepted_tokens` and, per draft position, `…num_accepted_tokens_per_pos`, read before and
 # after each answer and each set of waves. Each server also reports the KV cache it built
 # (`engine_capacity`).
+# :::
 
 # %%
 sweep_prompts = [setups.TASKS[sweep_task]]
@@ -513,15 +584,25 @@ tasks[["method", "task", "tokens", "drafts", "acceptance rate", "tokens per veri
        "speedup lowest", "speedup highest", "predicted speedup", "c that fits"]].round(2)
 
 # %% [markdown]
+# The table predicts each speedup from the engine's counters: a verification costs k c + v(k + 1)
+# plain steps, where v(n) is the measured cost of a pass over n tokens in one-token passes and c the
+# draft's cost (0 for prompt lookup, below).
+#
+# :::{dropdown} How we know: the prediction, and the c that fits
 # The prediction counts each verification as k c + v(k + 1) target steps, with v measured above,
 # and each step without a draft as one step (`predicted_speedup`); with a draft at every step that
 # is the papers' E / (kc + v) with the measured tokens per verification in place of E. The draft
 # cost c is 0 for prompt lookup; for a draft it is the share of the target's weights the draft
 # reads per step (`draft_cost_ratios`), the cost where reading weights is all that counts. The
 # column "c that fits" is the c that would make the prediction equal the measurement.
+# :::
 #
 # ### Prompt lookup
 #
+# vLLM's `ngram` method (prompt lookup) needs no draft model: it finds the last few tokens of the
+# context earlier in the context and proposes the tokens that followed them there.
+#
+# :::{dropdown} How we know: the n-gram method's settings and short drafts
 # vLLM's `ngram` method needs no draft model: it looks for the last few tokens of the context
 # earlier in the context and proposes the tokens that followed them there
 # (`vllm/v1/spec_decode/ngram_proposer.py`). `lookup` sets `prompt_lookup_min` and
@@ -530,6 +611,7 @@ tasks[["method", "task", "tokens", "drafts", "acceptance rate", "tokens per veri
 # ordinary one; a match close to the end of the context can also give fewer than k tokens, so the
 # n-gram method's drafts need not all have k tokens (the survival table below says whether they
 # did).
+# :::
 
 # %%
 ngram_name = methods[0].name
@@ -554,6 +636,10 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
       per_verification.idxmax() == by_task.speedup.idxmax() and rank_correlation > 0.5)
 
 # %% [markdown]
+# Repetition-heavy tasks accept more draft tokens than the control, and the gain follows what was
+# accepted.
+#
+# :::{dropdown} How we know: what the checks test, and timing noise in c
 # Every repetition-heavy task accepts more draft tokens than the control, where almost nothing
 # repeats (the first check). The second: the task with the most tokens per verification is the
 # one prompt lookup speeds up most, and across the four tasks the speedups are ranked like the
@@ -566,15 +652,27 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 # timing noise on a shared machine is a c of that size; the error bars (lowest to highest round)
 # and the control task, where almost nothing was accepted, show how
 # large that noise is in this run.
+# :::
 #
 # ### A draft model made from the target
 #
+# A draft model must share the target's tokenizer; none smaller than the cpu profile's SmolLM2-135M
+# does, so there the drafts come from the model itself:
+#
+# :::{dropdown} How we know: the tokenizer rule and SmolLM2's family
 # A draft model must share the target's tokenizer: vLLM checks that the vocabulary sizes match
 # and then runs the draft with the target's tokenizer (`vllm/config/speculative.py`). On a GPU
 # profile the draft is the profile's own draft model. On the cpu profile the model is
 # SmolLM2-135M, the smallest of its family: no smaller model shares its tokenizer (SmolLM2-360M
 # and 1.7B do, but are larger), so the drafts come from the model itself:
+# :::
 #
+# - **the model as its own draft**: all accepted, but it costs what the target does: overhead, no
+#   gain.
+# - **its first L layers**, with its own final norm and LM head: cheaper, but never trained to stop
+#   early.
+#
+# :::{dropdown} How we know: the two drafts
 # - **the model as its own draft.** Every drafted token is the target's own choice, so everything
 #   is accepted, and the draft costs what the target costs. With c = 1 the theory's speedup is
 #   (k + 1)/(k + v(k + 1)), about 1: the overhead, with no gain; the c that fits says how close
@@ -582,11 +680,16 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 # - **its first L layers**, followed by its own final norm and LM head
 #   (`servelab/machine/draft_models.py` writes such a copy). Cheaper per step, but never trained
 #   to stop early.
+# :::
 #
+# A draft also keeps its own KV cache inside the server's memory budget:
+#
+# :::{dropdown} How we know: the KV budget
 # A draft costs memory too. servelab gives each server the same KV budget, `kv_tokens` times the
 # target's KV bytes per token (`kv_budget_flags` sets vLLM's `kv_cache_memory_bytes`), and a
 # draft model keeps its own KV cache inside that budget, so every draft layer takes tokens away
 # from the target's. What each server built:
+# :::
 
 # %%
 capacity_table = pd.DataFrame(capacity).set_index("server")
@@ -602,6 +705,10 @@ print(bool(with_draft) and bool((capacity_table.loc[with_draft, "tokens"] < plai
       capacity_table.loc[methods[0].name, "tokens"] == plain_tokens)
 
 # %% [markdown]
+# A draft model shrinks the target's KV cache; prompt lookup does not. Does the sweep's largest wave
+# still fit?
+#
+# :::{dropdown} How we know: the checks, SGLang's cap and the fit of the largest wave
 # Every server with a draft model holds fewer tokens of KV cache than the plain server in the
 # same memory, and prompt lookup, which has no model of its own, holds the same (the checks). On a
 # GPU the draft's weights come out of the same memory as well. SGLang pays in another currency:
@@ -618,6 +725,7 @@ print(bool(with_draft) and bool((capacity_table.loc[with_draft, "tokens"] < plai
 # preempted (`vllm:num_preemptions`) and the mean time a request of the largest wave waited before
 # it was scheduled (`vllm:request_queue_time_seconds`). A request that found no free blocks would
 # wait there for a whole wave to finish, or be preempted.
+# :::
 
 # %%
 sweep_prompt_tokens = len(base.prompts[list(setups.TASKS).index(sweep_task)])
@@ -641,9 +749,14 @@ print(f"sweep task: {sweep_prompt_tokens} prompt tokens + {sweep_tokens} generat
 sweep_fit.round(2)
 
 # %% [markdown]
+# A survival curve: per draft position, the share of verifications whose first i + 1 draft tokens were
+# all accepted; dotted, α^(i+1), the theory's independent (i.i.d.) acceptances.
+#
+# :::{dropdown} How we know: the fit
 # Per draft position, the counters form a survival curve: the share of verifications whose first
 # i + 1 draft tokens were all accepted. Under the theory's i.i.d. assumption it is α^(i+1); the
 # dotted lines are that model, fitted to each method's counters over its four answers.
+# :::
 
 # %%
 curves = []
@@ -671,6 +784,9 @@ survival.groupby("method", sort=False)[["drafts", "every draft had k tokens", "a
                                         "i.i.d. model at 1%"]].first().round(3)
 
 # %% [markdown]
+# Prompt lookup need not follow the i.i.d. model: once an answer copies, it keeps copying.
+#
+# :::{dropdown} How we know: the i.i.d. test and short drafts
 # Prompt lookup need not behave like the i.i.d. model: once the answer is copying, it keeps
 # copying, so a draft whose first token is accepted usually gets the rest accepted too, and its
 # survival curve tends to flatten where the fitted α^(i+1) keeps falling. The table says whether the
@@ -678,9 +794,15 @@ survival.groupby("method", sort=False)[["drafts", "every draft had k tokens", "a
 # few drafts (or too few kinds of outcome) for a test at all. The i.i.d. fit assumes every draft
 # had k tokens, which the column before it checks: where it is False (prompt lookup can propose
 # fewer), the fitted α is an approximation.
+# :::
 #
 # ### Drafts cut from the model, at every depth
 #
+# Every depth can be tried without an engine: one pass of the full model over each answer, keeping
+# every layer's output, shows what a draft of the first L layers would propose, and a replay of vLLM's
+# greedy verification gives its counters.
+#
+# :::{dropdown} How we know: the replay, and where it runs
 # This part runs where the drafts are cut from the model itself (the cpu profile); on a GPU
 # profile it is skipped, and its check prints True there without having tested anything.
 #
@@ -694,6 +816,7 @@ survival.groupby("method", sort=False)[["drafts", "every draft had k tokens", "a
 # the engine's, verification by verification. Each depth's predicted speedup uses its c and the
 # measured v, at the chapter's k and at the k ≥ 1 that suits it best (with the i.i.d. α fitted to
 # its replayed counters).
+# :::
 
 # %%
 if cut_drafts:
@@ -752,6 +875,9 @@ print(not cut_drafts or all(depths.target_agrees) or not exact_expected(prof.dty
       not cut_drafts or bool(ran["agree (one per answer)"].all()))
 
 # %% [markdown]
+# The shallow cut with the best predicted speedup, at the k that suits it:
+#
+# :::{dropdown} How we know: what the checks test, and which cut is shown
 # The first check: the full model, run by transformers, reproduces every token the engine
 # answered (claimed in float32 only). The second: for every depth that ran live, the engine's
 # number of verifications and its accepted count at each draft position are the replayed ones,
@@ -759,6 +885,7 @@ print(not cut_drafts or all(depths.target_agrees) or not exact_expected(prof.dty
 # answer's end cut it). The shallow cut (fewer layers than the model) with the best predicted
 # speedup, at the k that suits it; if even that is below 1, no cut pays on this machine, and the
 # least harmful one is simply the cheapest:
+# :::
 
 # %%
 if cut_drafts:
@@ -776,6 +903,10 @@ best_shallow
 # trained for it: a small model of the same family, or a head trained on the target's hidden
 # states (EAGLE-3).
 #
+# The articles' pair, Qwen2.5-0.5B for Qwen2.5-72B, is of the first kind, and does not work in vLLM as
+# it stands: their vocabulary sizes differ.
+#
+# :::{dropdown} How we know: the articles' pair and the GPU profiles
 # The articles' pair is of the first kind. Their words (the Japanese, German, Korean and Spanish
 # versions say the same): "Ein schnelles Draft Model (z. B. Qwen2.5-0.5B) schlägt mehrere
 # Token-Kandidaten vor, die in einem einzigen Durchlauf vom primären Target Model (z. B.
@@ -787,6 +918,7 @@ best_shallow
 # greedy drafting (`draft_sample_method = "greedy"`, the default; `vllm/config/speculative.py`).
 # The `gpu-80g` profile, whose 14B shares the 7B's vocabulary, sets it (`gpu-24g` serves the 3B, which
 # shares the 0.5B's):
+# :::
 
 # %%
 pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size in setups.VOCAB_SIZES.items()]
@@ -796,6 +928,11 @@ pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size i
 # %% [markdown]
 # ### Speedup against concurrency
 #
+# With b requests decoding together, a verification is a forward over b × (k + 1) tokens: once that
+# reaches the part where the cost climbs, every rejected draft token is paid for in arithmetic. The
+# dashed lines predict this from the measured forward costs; read them for their trend.
+#
+# :::{dropdown} How we know: how the prediction prices a batch, and throughput against latency
 # With b requests decoding together, a plain step is a forward over b tokens and a verification
 # one over b × (k + 1). The forward-cost curve says what happens then: while b × (k + 1) tokens
 # still cost about one pass, speculation keeps its gain; once they reach the part where the cost
@@ -822,6 +959,7 @@ pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size i
 # These are per-request rates with b requests in flight on both sides, so the same ratio is also
 # the throughput ratio at that load; one request at a time, it is the latency ratio. The articles
 # speak of throughput ("verdoppelt den Durchsatz"), the papers of one sequence at a time.
+# :::
 
 # %%
 spec_sweep = sweep[sweep.method != "plain"].copy()
@@ -862,6 +1000,9 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values="speed
            pass_ms.rename("one pass over b tokens, fastest (ms)")], axis=1).T.round(2)
 
 # %% [markdown]
+# Where each method turns into a slowdown, measured and predicted:
+#
+# :::{dropdown} How we know: reading the rounds and the crossovers
 # The last two rows set the plain server's decode step in the sweep (each request's decode time
 # over its tokens after the first, with b requests sharing every step) beside the fastest single
 # pass over b tokens measured earlier: where the two have the same shape, the dip at a few tokens
@@ -889,6 +1030,7 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values="speed
 # lookup, read the last two columns: where the prediction at its measured crossover still says
 # faster, the priced cost is not what tips it, and the slowdown is the gap between measurement and
 # prediction examined below.
+# :::
 
 # %%
 print(f"{rounds} rounds, {'interleaved' if together else 'back to back per server'}; a method with no effect puts "
@@ -915,6 +1057,9 @@ results.save("speculative_slowdown", slowdown.reset_index().astype({"sustained s
 slowdown.round(2)
 
 # %% [markdown]
+# Point by point: the measured speedup over the prediction, and the gap between them.
+#
+# :::{dropdown} How we know: the gap and the logits row
 # Point by point: each measured speedup against 1 across its rounds, then the measurement over the
 # prediction, and the gap between them as a cost: measured minus predicted decode time per request,
 # in plain steps per verification (`steps_gap`; positive where the engine spent more than
@@ -923,6 +1068,7 @@ slowdown.round(2)
 # at b (k + 1) positions and a plain step at b. Priced at the measured FLOP/s (2 × vocabulary ×
 # hidden size operations per position), those rows change the verification's cost by this many
 # plain steps (`logits_gap`; left out on a GPU, where NumPy's FLOP/s say nothing about the engine).
+# :::
 
 # %%
 spec_sweep["measured / predicted"] = spec_sweep.speedup / spec_sweep["predicted speedup"]
@@ -975,6 +1121,7 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
           + [logits], axis=1).T.round(2)
 
 # %% [markdown]
+# :::{dropdown} How we know: what a gap can and cannot be
 # Where the gap row is positive, the engine spent more per verification than predicted; where it
 # is negative, less. The rounds' spread moves the gap too: the gap rows of the slowest and the
 # fastest round bound it, and the second line above says by how much they differ and where all
@@ -1011,7 +1158,12 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
 # it places the crossover late, or at the same b where the sweep's doublings are too coarse to
 # show it: the line above says which for prompt lookup (where it has a crossover within the sweep,
 # measured and predicted).
+# :::
 #
+# The check tests that each method's measured speedup moves with b the way its own prediction does:
+# direction and rank, not size.
+#
+# :::{dropdown} How we know: the trend test's zones
 # The check below compares each method's measured trend with its own prediction, from one request
 # to the largest wave (`trend_test`, `trend_holds`), two-sided. Where the prediction falls by more
 # than a fifth, the measured speedup must fall by more than a tenth and be ranked across the sweep
@@ -1029,6 +1181,7 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
 # prediction falls further with b, because its draft passes and the verification both grow. The
 # table gives each method's test and its result. The check tests direction and rank, not size: a
 # measured fall twice as steep as predicted passes it.
+# :::
 
 # %%
 measured = spec_sweep.pivot(index="concurrency", columns="method", values="speedup")
@@ -1048,9 +1201,13 @@ clear = trends.test.isin(load.DECISIVE)  # every method is in one of the two gro
 print(bool(trends.holds[clear].all()), bool(trends.holds[~clear].all()))
 
 # %% [markdown]
+# What the drafts get accepted does not depend on the load; what a verification costs does:
+#
+# :::{dropdown} How we know: the same requests at every b
 # Tokens per verification and vLLM's acceptance rate, per method and concurrency: the same
 # requests at every b, so what the draft gets accepted does not depend on the load; what a
 # verification costs does.
+# :::
 
 # %%
 pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=v).add_prefix(f"{v}: ")
@@ -1059,10 +1216,16 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=v).add
 # %% [markdown]
 # ### Is it lossless here?
 #
+# In exact arithmetic greedy speculative decoding gives the target's greedy tokens. In floating point
+# a verification sums in another order, and how far that can move a result is set by the dtype's
+# significand (the bits a number keeps for its digits):
+#
+# :::{dropdown} How we know: the rounding step
 # In exact arithmetic greedy speculative decoding gives the target's greedy tokens. In floating
 # point, a verification computes the same logits with other matrix shapes (k + 1 rows instead of
 # one), so sums are rounded in another order. How large such a difference can be, relative to the
 # numbers summed, is set by the dtype's significand (`setup_check.MANTISSA_BITS`):
+# :::
 
 # %%
 from servelab.measure import setup_check
@@ -1072,6 +1235,11 @@ pd.DataFrame([{"dtype": d, "significand bits (stored)": setup_check.MANTISSA_BIT
               for d in ("float32", rounding_dtype)])
 
 # %% [markdown]
+# In float32 that step is far below the usual gap between the best two tokens; in a 16-bit dtype it is
+# tens of thousands of times larger, and a near tie (the best two tokens almost equally likely) can go
+# either way. Below, each answer against the plain server's, token by token:
+#
+# :::{dropdown} How we know: "within hardware numerics" and the near-tie rule
 # In float32 that step is far below the usual gap between the best token and the runner-up, and
 # the tokens are the same. In a 16-bit dtype the step is tens of thousands of times larger, and
 # wherever the best two tokens are that close, the two computations can choose differently; from
@@ -1080,6 +1248,7 @@ pd.DataFrame([{"dtype": d, "significand bits (stored)": setup_check.MANTISSA_BIT
 # every answer of every method is compared with the plain server's, token by token: identical
 # tokens are claimed only where the dtype is float32; elsewhere each divergence must be a near
 # tie, as `setup_check` defines it:
+# :::
 
 # %%
 print(f"near tie: each side's token among the other's best {setup_check.NEAR_TIE_RANK} candidates "
@@ -1090,6 +1259,10 @@ results.save("speculative_greedy_equality", greedy.table, prof, dtype=prof.dtype
 greedy.table[["question", "compared", "same tokens", "first divergence", "tokens there", "near tie"]]
 
 # %% [markdown]
+# Now a 16-bit case: on the cpu profile a plain server and the model as its own draft answer the tasks
+# in `rounding_dtype`.
+#
+# :::{dropdown} How we know: the 16-bit servers, and why the model as its own draft can differ
 # Now a 16-bit case. On the cpu profile, where everything above ran in float32, two more servers
 # started in the background when the measurements ended: a plain one and the model as its own
 # draft, both in `rounding_dtype`. On a GPU profile the chapter already ran in a 16-bit dtype, so
@@ -1102,6 +1275,7 @@ greedy.table[["question", "compared", "same tokens", "first divergence", "tokens
 # runs one. So a verification that stops before the k-th token shows that the draft's computation
 # and the verification's disagreed; whether the answer left what plain decoding writes is what the
 # comparison with the plain 16-bit server says.
+# :::
 
 # %%
 if run_rounding:
@@ -1127,6 +1301,9 @@ print(agreement_by_dtype.round(3).to_string() if len(agreement_by_dtype) else ""
 shown
 
 # %% [markdown]
+# The nearest ties in the plain 16-bit answers, in nats (a difference of log-probabilities):
+#
+# :::{dropdown} How we know: exact ties
 # What makes a disagreement possible is a near tie: a position where the best and the
 # second-best token are almost equally likely. Per `rounding_dtype` answer of the plain server:
 # the smallest such gap, in nats (a difference of log-probabilities), and how many positions have
@@ -1135,6 +1312,7 @@ shown
 # at the same two rounded numbers breaks it the same way (by the lower token id), and the texts
 # part only where a different summation order rounds one of the two differently, which takes a
 # gap of about one rounding step and a computation that lands on the other side of it.
+# :::
 
 # %%
 if run_rounding:
@@ -1155,6 +1333,9 @@ margins.round(3)
 print(greedy.holds, rounding.holds)
 
 # %% [markdown]
+# A text changed by rounding is not a worse text: both are greedy answers of the same model.
+#
+# :::{dropdown} How we know: what the checks cover, and sampling
 # The first check: every speculative answer has the plain answer's tokens where the dtype is
 # float32 (and elsewhere a near tie at every divergence). The second: in the 16-bit case, every
 # place where the speculative answer leaves the plain 16-bit answer is a near tie (on a GPU
@@ -1164,7 +1345,12 @@ print(greedy.holds, rounding.holds)
 # **Sampling.** Greedy decoding tests the rule only where p is one-hot. The sampled case
 # (temperature 1, where the claim is about distributions) is not tested against the engine here:
 # only the from-scratch sampler's goodness-of-fit test above covers it.
+# :::
 #
+# **Lossless unless you ask otherwise.** Both engines have settings that trade the guarantee for
+# speed. Their values here:
+#
+# :::{dropdown} How we know: what each setting does
 # **Lossless unless you ask otherwise.** Both engines have settings that trade the guarantee for
 # speed. vLLM's `rejection_sample_method` can be "synthetic" (drafts accepted with a chosen
 # probability, whatever the models say) or "block" (Sun et al.'s block verification); SGLang's
@@ -1177,6 +1363,7 @@ print(greedy.holds, rounding.holds)
 #
 # Their values here, from each engine's own configuration (vLLM's `SpeculativeConfig`; SGLang's
 # resolved arguments, below in the SGLang section):
+# :::
 
 # %%
 defaults = vllm_defaults.result()
@@ -1184,12 +1371,20 @@ pd.DataFrame({"field default": defaults["field defaults"],
               "ngram, k = 4, nothing else given": defaults["ngram, k = 4, nothing else given"]}).astype(str)
 
 # %% [markdown]
+# With vLLM's defaults and SGLang's thresholds at 1.0, the rule is the lossless one.
+#
+# :::{dropdown} How we know: the defaults table
 # With vLLM's defaults ("standard" rejection sampling) and SGLang's thresholds at 1.0, the rule
 # is the lossless one; only setting them otherwise gives that up. The table also shows what vLLM
 # fills in for the n-gram method when neither lookup length is given.
-
+# :::
+#
 # ## SGLang
 #
+# SGLang names its methods with `--speculative-algorithm` (EAGLE, EAGLE3, STANDALONE for a separate
+# draft model, NGRAM and more) and picks the draft's shape itself when not told. What it fills in:
+#
+# :::{dropdown} How we know: SGLang's flags and their resolution
 # SGLang names its methods with `--speculative-algorithm`: EAGLE, EAGLE3, NEXTN (an alias of
 # EAGLE), STANDALONE (a separate draft model), NGRAM, DFLASH, DSPARK, UNO
 # (`sglang/srt/arg_groups/fields/spec.py`). The draft is `--speculative-draft-model-path`; its
@@ -1208,6 +1403,7 @@ pd.DataFrame({"field default": defaults["field defaults"],
 # For NGRAM the "top-k" is `speculative_ngram_max_bfs_breadth`, the breadth of the search through
 # earlier text that builds its draft tree. The last columns are the thresholds that would make
 # acceptance lossy (1.0: off) and whether SGLang's separate rejection-sampling option is on.
+# :::
 
 # %%
 resolved = sglang_resolution.result()
@@ -1217,6 +1413,10 @@ resolved.table[["target", "algorithm", "steps", "top-k", "draft tokens", "max ru
                 "rejection sampling"]]
 
 # %% [markdown]
+# Each of these algorithms caps the running requests unless they are given, a cost in concurrency the
+# plain server does not pay. None runs on this machine's CPU, for lack of two kernel operators:
+#
+# :::{dropdown} How we know: the defaults, the caps and the CPU operators
 # The defaults depend on the algorithm and the target's architecture: for EAGLE and EAGLE3 a
 # Llama (SmolLM2 is one) gets a tree (top-k above 1: several candidates per step), and most other
 # architectures a chain (top-k 1); STANDALONE is always a chain, and NGRAM drafts the most tokens
@@ -1230,6 +1430,7 @@ resolved.table[["target", "algorithm", "steps", "top-k", "draft tokens", "max ru
 # None of these run on this machine's CPU. SGLang's CPU path builds and verifies its draft trees
 # with two `sgl_kernel` operators (`sglang/kernels/ops/speculative/spec_tree.py`), which only a
 # CPU build of `sgl_kernel` compiled from source registers with torch. In the installed one:
+# :::
 
 # %%
 pd.Series(resolved.cpu_ops, name="in this SGLang venv")
@@ -1237,6 +1438,10 @@ pd.Series(resolved.cpu_ops, name="in this SGLang venv")
 # %% [markdown]
 # ## On a GPU
 #
+# With a GPU profile, the cell below also measures the articles' draft model and, on `gpu-80g`,
+# EAGLE-3 heads on both engines.
+#
+# :::{dropdown} How we know: the GPU runs and their scheduling
 # With a GPU profile, the cells above run the n-gram method and the profile's draft model, and the
 # cell below measures more runs against the same engine and target without speculation, one server
 # at a time, each on the profiles whose GPUs it fits. Each server has the same untimed warm-up as
@@ -1258,6 +1463,7 @@ pd.Series(resolved.cpu_ops, name="in this SGLang venv")
 # that keeps it, include that loss; on the CPU, `vllm/platforms/cpu.py` turns it off for every
 # server, plain included. Each profile's runs, with their commands; `python -m servelab plan` has
 # both engines' own parsers, draft rules and memory formulas check every one of them:
+# :::
 
 # %%
 gpu_runs_.gpu_commands(k)
@@ -1304,6 +1510,11 @@ results.save("speculative_summary", summary.reset_index(names="method"), prof, r
 summary.round(2).T
 
 # %% [markdown]
+# Speculative decoding is lossless by construction, and faster only where drafts are accepted often
+# and a verification stays cheap. The articles' "two to three times faster" is the papers' range, on
+# large models with trained drafts, one request at a time: not a property of the feature.
+#
+# :::{dropdown} How we know: the summary in full, the papers and vLLM's answer
 # Speculative decoding is lossless by construction, and the from-scratch sampler shows it: the
 # exact rule's output passes a goodness-of-fit test that catches both broken rules. On the engine,
 # greedy answers with and without speculation are the same tokens in float32; in a 16-bit dtype a
@@ -1338,6 +1549,7 @@ summary.round(2).T
 # batch size (`num_speculative_tokens_per_batch_size` in `vllm/config/speculative.py`: ranges of
 # batch sizes, each with its own k, where 0 stops drafting; a draft model still runs one pass per
 # step to keep its KV cache in sync, `vllm/v1/spec_decode/llm_base_proposer.py`).
+# :::
 
 # %%
 from IPython.display import Markdown
@@ -1354,6 +1566,19 @@ pd.DataFrame([
     {"source": "source article 001 (German), section 4",
      "quote": "Speculative Decoding verdoppelt bei beiden Engines den Durchsatz ohne Qualitätsverlust."},
 ])
+
+# %% [markdown]
+# ## What to remember
+#
+# - Speculation pays only while verifying k + 1 tokens costs about one plain step: measure your
+#   forward-cost curve first.
+# - Acceptance sets the gain: prompt lookup wins where answers copy the prompt; a useful draft is
+#   trained to predict the target, not cut from it.
+# - Under load, verifications leave the flat part of the curve: the chapter measured where each method
+#   becomes a slowdown. Check the batch sizes you serve.
+# - vLLM's acceptance rate is not α: it counts drafted tokens that were never checked.
+# - Lossless holds with the defaults: greedy answers matched in float32, parting only at near ties in
+#   16 bits.
 
 # %% [markdown]
 # ## Exercises

@@ -22,12 +22,20 @@
 # one GPU, four GPUs and two nodes that the engines' own parsers accept at the versions this book
 # pins; and it derives a selection guide from the measurements of this and the earlier chapters.
 #
+# Every measurement runs under a *profile*: this book's settings for one kind of machine, such as the
+# model, its data type and its context window (the most tokens one request may hold). The cpu profile
+# runs a small model on the machine's CPU cores; a GPU profile runs the same cells on a GPU.
+
+# %% [markdown]
 # The client is vLLM's own benchmark, `vllm bench serve` (`vllm/benchmarks/serve.py`). It speaks
 # only the OpenAI-compatible HTTP API, so it can load an SGLang server exactly as it loads a vLLM
 # server: the same prompts, the same arrival times and the same code computing time to first token
 # (TTFT), inter-token latency (ITL) and end-to-end latency. The engines are measured one at a
 # time, taking turns, so neither competes with the other for the machine while it is measured: on
 # the cpu profile both servers stay up side by side, on a GPU each round starts each server afresh.
+#
+# The chapter goes in that order: the runs with their figures and ratios, what those numbers can
+# and cannot tell, the launch recipes and their flags, and the selection guide.
 
 # %% tags=["parameters"]
 profile = "auto"
@@ -70,6 +78,15 @@ pd.set_option("display.max_colwidth", None)
 # %% [markdown]
 # ## The runs
 #
+# The KV cache holds the attention keys and values the model keeps for every token so it need not
+# recompute them; a prefix cache keeps them after a request ends, so that a later prompt opening the
+# same way skips that work. Four workloads: random prompts, first with a limit on the requests in
+# flight, then arriving at random times at a fixed mean rate; shared prefixes, a few long prompt
+# openings each followed by a short distinct part, where the prefix caches should help; long prompts,
+# a quarter of the context window each; and chapter 03's multi-turn conversations, where every turn
+# re-sends the conversation so far.
+#
+# :::{dropdown} How we know: how each workload is built and seeded
 # Four workloads. Random prompts, first with a limit c on the requests in flight (the client sends
 # `waves` x c prompts, at least four, never more than c at a time), then with requests arriving at
 # random times at a fixed mean rate and no limit. Shared prefixes, from the benchmark's
@@ -92,6 +109,7 @@ pd.set_option("display.max_colwidth", None)
 # caches prefixes across runs would serve later runs from its cache. Before the measured runs each
 # server gets a short warm-up run with a seed of its own, not reported, so that one-off start-up
 # costs do not land on the first measured run.
+# :::
 #
 # The table lists every run. Each engine serves with the profile's settings, the same for both: the
 # model, the data type, the context window, the requests at once, and one KV budget in tokens, the
@@ -114,6 +132,12 @@ pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max
 # %% [markdown]
 # ## Head-to-head
 #
+# The engines take turns: in each of `rounds` rounds every run goes to one server and then to the
+# other, through the same benchmark client, and the server that goes first changes from round to
+# round. A slow stretch of the host then lands on both engines, and every ratio below comes with the
+# range of its rounds.
+#
+# :::{dropdown} How we know: how the rounds are arranged
 # The servers take turns: in each of `rounds` rounds every run goes to one server and then to the
 # other, through the benchmark client (one process per server and round), and the server that goes
 # first changes from round to round. Each round has seeds of its own, so no round is served from
@@ -122,9 +146,12 @@ pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max
 # stretch of the host then lands on both engines, and every ratio below comes with the range of its
 # rounds. On the cpu profile both servers stay up side by side. On a GPU they do not fit together
 # (each asks for most of the card's memory at start), so there every round starts each server
-# afresh, in the same turns, with its warm-up run: six starts instead of two, so that a drift of the
-# machine lands on both engines there too. The client runs on the same machine as the servers, and
-# on the cpu profile they share its cores, for both engines alike.
+# afresh, in the same turns, with its warm-up run: one start per server and round instead of one
+# per server, so that a drift of the machine lands on both engines there too. The client runs on
+# the same machine as the servers, and on the cpu profile they share its cores, for both engines
+# alike.
+# :::
+#
 
 # %%
 from servelab.measure.chapter_servers import c06
@@ -186,6 +213,13 @@ print(*(bool((by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "outp
         for e in engines))
 
 # %% [markdown]
+# The first figure is the concurrency sweep: time to first token, inter-token latency and output
+# throughput (output tokens per second over the whole run) as the limit on requests in flight grows.
+# Each line is the median, the shaded band runs from the median to the 90th percentile, and the
+# markers are the largest value. The axes start at zero, so the ratios between the lines can be read
+# off the picture.
+#
+# :::{dropdown} How we know: what each point of the figure is
 # The first figure is the concurrency sweep. Each line is the median, the shaded band runs from
 # the median to the 90th percentile, and the markers are the largest value of the run: with at most
 # a few dozen requests per run, a 99th percentile would only be the largest value interpolated, so
@@ -193,6 +227,8 @@ print(*(bool((by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "outp
 # tokens per second over the whole run. Every point is the median of the rounds, and the largest
 # value the largest of any round. The axes start at zero, so the ratios between the lines can be
 # read off the picture; how far the rounds spread is in the table of ratios below.
+# :::
+#
 
 # %%
 colors = {"vllm": "tab:blue", "sglang": "tab:orange"}
@@ -290,6 +326,14 @@ print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV b
 # ### What these numbers can and cannot tell about GPUs
 #
 # They can tell how the two engines' schedulers, caches and HTTP front ends behave under the same
+# requests: whether throughput grows with the requests in flight, whether TTFT climbs with load, and
+# whether a shared prefix or a re-sent conversation gets cheaper. On the cpu profile they cannot tell
+# how fast either engine is on a GPU, and the two engines do not run comparable code there, so the
+# engine-against-engine ratios rank these two set-ups, not the engines. The way to rank the engines
+# for a deployment is to run this notebook with a GPU profile.
+#
+# :::{dropdown} How we know: why the cpu ratios rank set-ups, not engines
+# They can tell how the two engines' schedulers, caches and HTTP front ends behave under the same
 # requests: whether throughput grows with the requests in flight, whether TTFT climbs with load (the
 # ledger's `concurrency-raises-ttft`), whether a shared prefix or a re-sent conversation gets
 # cheaper, and how each engine ranks within this run. On the cpu profile they cannot tell how fast
@@ -309,9 +353,20 @@ print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV b
 # step of the same model is much shorter. So the ratios above are this machine's, for this model, at
 # these versions; the way to rank the engines for a deployment is to run this notebook with a GPU
 # profile, where the same cells measure them on the GPU.
+# :::
 #
+
+# %% [markdown]
 # ## Deployment recipes
 #
+# A launch command helps only if the engine accepts it. This section gives the articles' commands and
+# their corrected forms, and launch commands for one GPU, for four GPUs with tensor parallelism (every
+# layer's weights split across the GPUs, which compute each layer together) and for two nodes (two
+# machines serving one model). Every command was handed to its engine's own parser, in the venv the
+# profile uses, without starting anything: the next cell prints each verdict, and the check after it
+# tests that every recipe and every corrected command is accepted.
+#
+# :::{dropdown} How we know: multi-node launches and the parser check
 # The articles' commands and their corrected forms (chapter 00 and the ledger's section on the
 # articles' vLLM command), and launch commands for one GPU, for four GPUs with tensor parallelism,
 # and for two nodes. When one node is not enough, vLLM either spans nodes with Ray
@@ -327,6 +382,8 @@ print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV b
 # `servelab/engines/flags.py`). The ledger rows these commands settle:
 # `vllm-articles-command-valid`, `vllm-tp-flag`, `vllm-ray-multinode`, `sglang-tp-dp` and
 # `sglang-no-multinode-docs`.
+# :::
+#
 
 # %%
 book = recipes.load()
@@ -365,6 +422,16 @@ for r in book.recipes:
 # %% [markdown]
 # ### Every flag, and what it trades
 #
+# Two flags are often read as the same thing and are not. vLLM's `--gpu-memory-utilization` is a
+# share of the GPU's *total* memory, for weights, activations (the intermediate results of each
+# layer), CUDA graphs (recorded sequences of GPU work that replay with less launch overhead) and the
+# KV cache, which gets what is left after a profiling run (a trial pass that measures the peak memory
+# of the model's computation). SGLang's `--mem-fraction-static` decides the slack left for
+# activations and CUDA graph buffers: one minus the fraction, times the memory free before the
+# weights are loaded (not the total, whatever its own docstring, printed below, says). The next
+# cell reads both defaults from the engines' own classes and source.
+#
+# :::{dropdown} How we know: what each memory flag computes
 # Two flags are often read as the same thing and are not. vLLM's `--gpu-memory-utilization` is
 # a share of the GPU's *total* memory: the instance may use total memory times the fraction
 # (`vllm/v1/worker/utils.py`, `request_memory`) for weights, activations, CUDA graphs and the KV
@@ -377,6 +444,8 @@ for r in book.recipes:
 # `sglang/srt/distributed/bootstrap.py`). The fraction sets the slack left for activations and
 # CUDA graph buffers, of the memory free before loading, not of the total. The defaults are read
 # here from the engines' own classes and source.
+# :::
+#
 
 # %%
 defaults = recipes.memory_defaults(prof)
@@ -393,6 +462,15 @@ for line, found in s["code"].items():
 
 # %% [markdown]
 # A parser accepts a command whatever the model's size. Whether a recipe can start depends on its
+# GPU, so each recipe names one, and the next cell computes, per GPU, the model's weights and the KV
+# cache of one request of the full context length, against the share of that GPU's memory the recipe
+# gives its engine. On several GPUs both are split: tensor parallelism splits every layer, pipeline
+# parallelism gives each group of GPUs a stage of consecutive layers. A recipe fits when the weights
+# plus that KV cache stay within the share. The two-node recipes serve a model that does not fit one
+# node of the same GPUs, as the line printed first shows.
+#
+# :::{dropdown} How we know: what the fit check does and does not test
+# A parser accepts a command whatever the model's size. Whether a recipe can start depends on its
 # GPU, so each recipe names one, and the next cell computes, per GPU, the model's weights (its
 # parameters in bfloat16, split over tensor and pipeline parallelism), the KV cache of one request
 # of the full context length (its layers split by the pipeline, its KV heads by tensor
@@ -403,6 +481,8 @@ for line, found in s["code"].items():
 # most the total, so the test is looser for it still. The two-node recipes serve a model whose
 # weights and one full-length request take more than the share on one node of the same GPUs, as
 # the line printed first shows.
+# :::
+#
 
 # %%
 fits = recipes.memory_fit(book)
@@ -439,6 +519,12 @@ for _, row in recipes.explanations(book).iterrows():
 # %% [markdown]
 # ## A selection guide from this book's measurements
 #
+# The articles' guide gives recommendations without the measurements behind them. This one is
+# computed: each row reads a result saved by a chapter (on this profile) or a verdict in the ledger,
+# says what was measured, and leans to an engine only where the measured ratio is more than 10% from
+# even. On the cpu profile the engine-against-engine timings lean to no engine, for the reason above.
+#
+# :::{dropdown} How we know: which rows lean, and why
 # The articles' guide gives recommendations without the measurements behind them (the ledger's
 # `guide-*` rows). This one is computed: each row reads a result saved by a chapter (on this
 # profile) or a verdict in the ledger, says what was measured, and leans to an engine only where
@@ -450,6 +536,8 @@ for _, row in recipes.explanations(book).iterrows():
 # leans on this chapter's shared-prefix run and gives chapter 03's hit rates as context. On
 # another profile the same cell reads that profile's results; a chapter not yet run there leaves
 # its rows out.
+# :::
+#
 
 # %%
 selection = guide(saved.parent, prof, load_ledger())
@@ -465,7 +553,26 @@ for _, row in selection.iterrows():
 # guide (ledger rows `guide-vllm-for-rag`, `guide-sglang-for-json`,
 # `guide003-vllm-under-memory-pressure`, `guide003-chat-sglang-api-vllm`) and this one disagree, the
 # evidence column says which cell or ledger row to open.
+
+# %% [markdown]
+# ## What to remember
 #
+# - **Compare engines with one client.** The same prompts, arrival times and latency code for both,
+#   the engines taking turns over several rounds: then a ratio between them is a measurement, with
+#   the range of its rounds.
+# - **More requests in flight buy throughput and cost waiting.** The chapter printed, per engine, what
+#   going from the fewest to the most requests in flight did to throughput and to median TTFT (the
+#   line after the ratio tables): weigh both when you set `--max-num-seqs` (SGLang:
+#   `--max-running-requests`).
+# - **Rank engines on the hardware you will serve on.** On the cpu profile the ratios rank two CPU
+#   set-ups, not the engines; run the same cells with a GPU profile before you choose.
+# - **The same memory number means different things.** vLLM's `--gpu-memory-utilization` is a share
+#   of total GPU memory; SGLang's `--mem-fraction-static` leaves one minus the fraction of the memory
+#   free before loading as slack. To give both engines the same KV cache, give it in tokens.
+# - **Check a launch command before you rent the GPU.** Hand it to the engine's own parser, and check that
+#   the weights plus one full-length request fit the share it gives the engine on your GPU.
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. From the saved head-to-head table, how much does each engine's throughput grow from one point
