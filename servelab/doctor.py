@@ -29,8 +29,8 @@ from servelab.machine.profiles import Profile
 
 MIN_CORES = 2  # the book's run times and budgets are measured on two cores
 # On the cpu profile the chapters keep servers side by side. Measured here (PSS of every process of an idle server,
-# 23,296 KV tokens): vLLM 3.3 GiB (1 GiB of it KV), SGLang 4.2 GiB. Chapter 04 holds three SGLang servers at once
-# (12.7 GiB); chapter 05 four vLLM servers with 0.53 GiB of KV and two with 0.26 GiB (about 16 GiB, from the same
+# 23,296 KV tokens): vLLM 3.3 GiB (1 GiB of it KV), SGLang 4.2 GiB. Chapter 05 holds three SGLang servers at once
+# (12.7 GiB); chapter 06 four vLLM servers with 0.53 GiB of KV and two with 0.26 GiB (about 16 GiB, from the same
 # measurement less the KV they do not hold); the kernel and the load client come on top.
 MIN_MEMORY_GIB = 18.0
 LOCAL_MODEL_GIB = 1.0  # the cpu model: its GGUF file and the converted float32 folder, 0.7 GiB measured
@@ -66,8 +66,8 @@ def memory(gib: float | None = None) -> Result:
     found = hardware.memory_gib() if gib is None else gib
     if found >= MIN_MEMORY_GIB:
         return Result("memory", True, t("{found:.1f} GiB of memory").format(found=found))
-    return Result("memory", False, t("{found:.1f} GiB of memory, less than the {least:.0f} GiB that chapters 04 "
-                                     "and 05 need for the engine servers they keep side by side: use a larger "
+    return Result("memory", False, t("{found:.1f} GiB of memory, less than the {least:.0f} GiB that chapters 05 "
+                                     "and 06 need for the engine servers they keep side by side: use a larger "
                                      "machine").format(found=found, least=MIN_MEMORY_GIB))
 
 

@@ -41,7 +41,7 @@ def _minimal() -> dict[str, Any]:
              "evidence": [{"kind": "engine_source", "ref": "vllm/config/cache.py", "detail": "d", "match": "m"}]},
             {"id": "two", "topic": "Speed", "articles": ["001"], "quotes": {"de": "schnell"},
              "claim": "Another.", "verdict": "unverifiable", "truth": "Nobody knows | --tp-size.",
-             "to_measure_in": "06",
+             "to_measure_in": "07",
              "evidence": [{"kind": "paper", "ref": "https://arxiv.org/abs/1", "detail": "§1"}]},
         ],
     }
@@ -129,10 +129,10 @@ def test_a_row_citing_the_chapter_that_reads_it_is_circular(ledger):
 
     read = selection_guide.LEDGER_ROWS[0][0]
     row = next(c for c in ledger.claims if c.id == read)
-    guide = claims.Evidence("notebook", "notebooks/06_choosing_and_deploying", "the guide's row")
+    guide = claims.Evidence("notebook", "notebooks/07_choosing_and_deploying", "the guide's row")
     looped = dataclasses.replace(ledger, claims=(dataclasses.replace(row, evidence=(*row.evidence, guide)),))
     assert claims_circular.circular(looped) == [
-        f"claim {read!r}: its evidence notebooks/06_choosing_and_deploying reads this claim (circular)"]
+        f"claim {read!r}: its evidence notebooks/07_choosing_and_deploying reads this claim (circular)"]
 
 
 def test_cited_chapters_were_executed_on_the_profile_the_ledger_names(ledger):
@@ -206,7 +206,7 @@ def test_page_counts_and_rows_come_from_the_data():
     assert page.index("## Memory") < page.index("## Speed")
     assert "ja: 引用<br>de: Zitat" in page  # quotes in the order of the claim's articles
     assert "vLLM 1.0 source: `vllm/config/cache.py`: d" in page
-    assert "to be measured in chapter 06" in page
+    assert "to be measured in chapter 07" in page
     assert "Nobody knows \\| `--tp-size`." in page  # pipes escaped, flags kept from the book's typography
 
 

@@ -1,4 +1,4 @@
-"""Chapter 03's quoted SGLang figure: kept with its source and reachable through quote_markdown."""
+"""Chapter 04's quoted SGLang figure: kept with its source and reachable through quote_markdown."""
 
 from servelab.book.quoted_figures import BLOG_FIGURES, PAPER_FIGURES, SGLANG_FIGURES, quote_markdown
 

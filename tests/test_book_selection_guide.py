@@ -59,7 +59,7 @@ def test_guide_from_saved_results_on_a_gpu_profile(tmp_path):
 
 def test_on_cpu_engine_timings_lean_to_no_engine_but_hit_rates_do(tmp_path):
     _head_to_head(tmp_path)
-    _prefix(tmp_path, multi_turn="multi turn: hit rate")  # chapter 03's label without its hyphen
+    _prefix(tmp_path, multi_turn="multi turn: hit rate")  # chapter 04's label without its hyphen
     table = sg.guide(tmp_path, CPU, claims.load()).set_index("situation")
     assert "vLLM 47%, SGLang 61%" in table.loc["prompts share a prefix (chat, agents, RAG)", "measured"]
     assert table.loc["one request at a time, latency matters", "leaning"] == sg.NOT_INDICATIVE
@@ -100,7 +100,7 @@ def test_chunked_row_reports_stall_and_ttft_apart(tmp_path):
 
 
 def _summary(folder, rounds=3, **speedups):
-    """A chapter 05 summary: per load words, a list of (median, lowest round, highest round) per method, and
+    """A chapter 06 summary: per load words, a list of (median, lowest round, highest round) per method, and
     beside it the meta.json that says how many rounds (None: a meta.json without them)."""
     table = {"method": ["n-gram", "draft"][:len(next(iter(speedups.values())))]}
     for at, rows in speedups.items():
@@ -171,7 +171,7 @@ def test_missing_results_leave_their_rows_out_and_ledger_rows_stay_editorial(tmp
 
 
 def test_the_speculative_row_names_the_engine_that_ran_the_methods(tmp_path):
-    """Chapter 05's methods run on vLLM on every profile; a GPU profile naming SGLang speculation too must not
+    """Chapter 06's methods run on vLLM on every profile; a GPU profile naming SGLang speculation too must not
     credit SGLang with them."""
     from servelab.machine import profiles
 

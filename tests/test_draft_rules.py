@@ -160,7 +160,7 @@ def test_a_changed_rule_is_found_missing(tmp_path):
 
 
 def test_sglang_refuses_a_draft_with_a_shorter_context_unless_told():
-    """lmsys's EAGLE-3 head allows 2048 positions; gpu-80g's target context is 16384 (chapter 05's run sets the
+    """lmsys's EAGLE-3 head allows 2048 positions; gpu-80g's target context is 16384 (chapter 06's run sets the
     variable SGLang's own test fixture sets for this head)."""
     head = {"speculative_algorithm": "EAGLE3",
             "speculative_draft_model_path": "lmsys/sglang-EAGLE3-LLaMA3.1-Instruct-8B"}

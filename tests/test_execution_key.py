@@ -18,8 +18,8 @@ def _closure(chapter: str) -> set[str]:
 
 
 def test_a_chapter_depends_on_what_it_imports_transitively_and_the_files_they_name():
-    found = _closure("06_choosing_and_deploying")
-    assert {"notebooks/06_choosing_and_deploying.py", "servelab/__init__.py", "servelab/book/__init__.py",
+    found = _closure("07_choosing_and_deploying")
+    assert {"notebooks/07_choosing_and_deploying.py", "servelab/__init__.py", "servelab/book/__init__.py",
             "servelab/book/selection_guide.py",  # imported by the chapter
             "servelab/book/claims.py",  # imported by selection_guide
             "servelab/data/claims.toml",  # named by claims.py
@@ -35,7 +35,7 @@ def test_an_engine_side_script_brings_the_sibling_it_imports():
 
 
 def test_a_chapter_does_not_depend_on_what_it_never_reaches():
-    found = _closure("01_kv_cache_memory")
+    found = _closure("02_kv_cache_memory")
     assert "servelab/data/claims.toml" not in found and "servelab/book/claims.py" not in found
     assert not [p for p in found if p.startswith(("tests/", "locales/", "book/"))]
 

@@ -80,8 +80,8 @@ def test_every_declared_gpu_server_builds_on_a_gpu_machine(gpu_machine, name, mo
 
 @pytest.mark.engine_venv
 def test_the_helpers_chapters_call_on_a_gpu_profile(gpu_machine):
-    """The engine-reading helpers the chapters call, on gpu-24g's machine: chapter 00's launch table, 04's and
-    06's engine defaults, 05's methods and SGLang's speculative resolution."""
+    """The engine-reading helpers the chapters call, on gpu-24g's machine: chapter 00's launch table, 05's and
+    07's engine defaults, 06's methods and SGLang's speculative resolution."""
     from servelab.measure import chunked_prefill_live, recipes, setup_check
     from servelab.measure import speculative_setups as setups
 
@@ -133,7 +133,7 @@ def test_setup_of_a_gpu_profile_checks_the_driver_before_anything(gpu_machine, m
 
 
 def test_setup_and_lab_download_every_model_the_chapters_start(monkeypatch):
-    """`./lab.sh` (the `lab` command) and `setup` both hand setup the plan's hub models, so chapter 05's 7B is on
+    """`./lab.sh` (the `lab` command) and `setup` both hand setup the plan's hub models, so chapter 06's 7B is on
     disk before its server starts, not fetched inside the engine's start window."""
     from servelab import cli
     from servelab.book import chapters, translated_notebooks

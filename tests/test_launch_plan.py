@@ -62,11 +62,11 @@ def test_a_gated_model_is_named_with_what_to_do(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     prof = profiles.load("gpu-80g")
     planned = [p for p in launch_plan.plan_launches(prof) if "meta-llama/Llama-3.1-8B-Instruct" in p.models]
-    assert planned and {p.chapter for p in planned} == {"05_speculative_decoding"}
+    assert planned and {p.chapter for p in planned} == {"06_speculative_decoding"}
 
 
 def test_parameters_are_read_from_the_parameters_cell():
-    params = launch_plan.parameters(REPO / "notebooks" / "05_speculative_decoding.py")
+    params = launch_plan.parameters(REPO / "notebooks" / "06_speculative_decoding.py")
     assert params["profile"] == "auto" and params["k"] == 4 and params["lookup"] == (2, 4)
 
 

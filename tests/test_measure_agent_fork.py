@@ -1,4 +1,4 @@
-"""Chapter 03's agent tree through SGLang's fork: labels, the prefix each branch must find, vLLM's ranges."""
+"""Chapter 04's agent tree through SGLang's fork: labels, the prefix each branch must find, vLLM's ranges."""
 
 from __future__ import annotations
 

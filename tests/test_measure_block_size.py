@@ -1,4 +1,4 @@
-"""Which block sizes chapter 02 compares and probes, and reading an engine's refusal from its log."""
+"""Which block sizes chapter 03 compares and probes, and reading an engine's refusal from its log."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_vllms_argument_checks_accept_a_block_size_the_cpu_backend_refuses(requi
 
 
 def test_a_refusal_names_the_block_size_on_cpu_and_on_cuda():
-    """Chapter 02's check: the CPU backend's words and the CUDA platform's (vllm/platforms/cuda.py, the error of
+    """Chapter 03's check: the CPU backend's words and the CUDA platform's (vllm/platforms/cuda.py, the error of
     CudaPlatformBase when no attention backend accepts the configuration) both count; a refusal for another
     reason or a start does not."""
     cuda = ("ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(head_size=128, "
@@ -68,7 +68,7 @@ def test_a_refusal_names_the_block_size_on_cpu_and_on_cuda():
             "[block_size not supported], FLASHINFER: [block_size not supported]}.")
     assert bsz.refusal_names_block_size(cuda)
     cpu = ("RuntimeError: Worker failed with error 'No common block size for 16 (CPU_ATTN: [MultipleOf(32)]).', "
-           "please check the stack trace above for the root cause")  # chapter 02's refusal on the cpu profile
+           "please check the stack trace above for the root cause")  # chapter 03's refusal on the cpu profile
     assert bsz.refusal_names_block_size(cpu)
     assert not bsz.refusal_names_block_size("ValueError: To serve at least one request ...")
     other = cuda.replace("block_size not supported", "head_size not supported")  # refused, but not for the size

@@ -29,7 +29,7 @@ def declared(source, profile: profiles.Profile, overrides: dict | None = None) -
     return counts
 
 
-@pytest.mark.engine_venv  # chapter 05's drafts are cut from the converted cpu model (its config.json)
+@pytest.mark.engine_venv  # chapter 06's drafts are cut from the converted cpu model (its config.json)
 @pytest.mark.parametrize("source", SOURCES, ids=lambda s: s.stem)
 def test_a_chapter_starts_exactly_the_servers_it_declares(source, require_engine):
     require_engine("vllm")
@@ -53,8 +53,8 @@ def test_every_gpu_declaration_builds_without_cpu_artifacts(name):
 
 
 def test_an_unknown_chapter_is_one_line():
-    with pytest.raises(ValueError, match="unknown chapter '07'; accepted: 00, 01"):
-        chapter_servers.of("07", profiles.load("gpu-24g"))
+    with pytest.raises(ValueError, match="unknown chapter '08'; accepted: 00, 01"):
+        chapter_servers.of("08", profiles.load("gpu-24g"))
 
 
 def test_a_launch_builds_the_servers_command():

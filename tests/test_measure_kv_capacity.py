@@ -1,4 +1,4 @@
-"""Chapter 01's reading of what an engine built: vLLM's /metrics and SGLang's /server_info, and vLLM's defaults."""
+"""Chapter 02's reading of what an engine built: vLLM's /metrics and SGLang's /server_info, and vLLM's defaults."""
 
 from __future__ import annotations
 

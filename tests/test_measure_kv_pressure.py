@@ -1,4 +1,4 @@
-"""Chapter 02's measurement helpers that need no engine: sizes, pauses, evictions seen in gauges, the simulator."""
+"""Chapter 03's measurement helpers that need no engine: sizes, pauses, evictions seen in gauges, the simulator."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chapter 03's calculations on token ids (servelab/measure/prefix_analysis.py): fast, no engine."""
+"""Chapter 04's calculations on token ids (servelab/measure/prefix_analysis.py): fast, no engine."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chapter 03's caching on/off burst: salts, per-request options, and the run's totals and ratios (no server)."""
+"""Chapter 04's caching on/off burst: salts, per-request options, and the run's totals and ratios (no server)."""
 
 from __future__ import annotations
 
@@ -105,10 +105,10 @@ def test_per_request_options_need_one_dict_per_prompt() -> None:
 @pytest.mark.parametrize("name", ["gpu-24g", "gpu-80g"])
 def test_on_a_gpu_the_salted_burst_is_many_prefills_that_still_fit_the_chapter_kv_budget(name) -> None:
     from servelab.machine import profiles
-    from servelab.measure.chapter_servers import c03
+    from servelab.measure.chapter_servers import c04
 
     prof = profiles.load(name)
-    kv = c03.servers(prof, kv_tokens=None)["vllm"].options["kv_cache_tokens"]
+    kv = c04.servers(prof, kv_tokens=None)["vllm"].options["kv_cache_tokens"]
     request = 800  # a few-shot prompt of the chapter's 560 system words and its output, generously tokenized
     size = ps.burst_size(prof, kv, request)
     assert 4 <= size <= 16 and size * -(-request // 16) * 16 <= kv  # vLLM's GPU block: 16 tokens

@@ -1,4 +1,4 @@
-"""Chapter 03's workloads: deterministic, the sharing structure each one promises, sizes that fit.
+"""Chapter 04's workloads: deterministic, the sharing structure each one promises, sizes that fit.
 
 Token-level checks use a stand-in chat template (ChatML, like SmolLM2's, with a default system
 prompt when a request has none) and a word-level tokenizer; the engines' own tokenizers come later.

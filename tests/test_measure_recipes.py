@@ -1,4 +1,4 @@
-"""Chapter 06's deployment recipes: the data validates, every flag is explained, and every command shown is
+"""Chapter 07's deployment recipes: the data validates, every flag is explained, and every command shown is
 judged by its engine's own parser at the pinned version (engine_venv: one checker process per engine)."""
 
 from __future__ import annotations

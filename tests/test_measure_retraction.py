@@ -1,4 +1,4 @@
-"""Chapter 02's forced SGLang retraction: the two-wave plan against SGLang's admission rule, its log, and live."""
+"""Chapter 03's forced SGLang retraction: the two-wave plan against SGLang's admission rule, its log, and live."""
 
 from __future__ import annotations
 

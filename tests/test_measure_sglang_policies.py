@@ -87,8 +87,8 @@ def test_sglangs_policies_on_a_queue_with_a_cached_prefix(require_engine, cpu):
     twins = [[8, *range(9000, 9040), 1 + i] for i in range(2)]  # nothing cached, 41 tokens in common
     reuse = warm[:90] + [3, 4, 5]
     names = ["fresh-0", "fresh-1", "twin-0", "twin-1", "reuse"]
-    # pages of 16 tokens, as a GPU backend may choose (chapter 03 runs page 1, the cpu profile's, under nbval);
-    # through a script started ahead of its input, as chapter 03 runs it
+    # pages of 16 tokens, as a GPU backend may choose (chapter 04 runs page 1, the cpu profile's, under nbval);
+    # through a script started ahead of its input, as chapter 04 runs it
     for page in (16,):
         frame = sglang_policy_orders(cpu, warm, [*fresh, *twins, reuse], names, page_size=page,
                                      started=start_policy_orders(cpu))

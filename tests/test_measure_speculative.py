@@ -1,4 +1,4 @@
-"""Chapter 05's measurement helpers: vLLM's spec-decode counters, bandwidth, the decode roofline."""
+"""Chapter 06's measurement helpers: vLLM's spec-decode counters, bandwidth, the decode roofline."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chapter 05's live measurements and set-ups.
+"""Chapter 06's live measurements and set-ups.
 
 Fast: the replay of greedy verification (against the theory and against the from-scratch sampler),
 the speedup the counters predict, draft costs, reading engine metrics, the tasks and run lists.

@@ -1,4 +1,4 @@
-"""Chapter 05's concurrency sweep priced and judged: batch costs, interleaved rounds and their paired
+"""Chapter 06's concurrency sweep priced and judged: batch costs, interleaved rounds and their paired
 speedups, the verdict across the spread, the gap in plain steps, and the KV blocks a wave holds."""
 
 from __future__ import annotations

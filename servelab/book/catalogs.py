@@ -1,7 +1,7 @@
 """The translation catalogs: extract the English messages, merge them into every language, check them.
 
 One catalog per page or chapter (Sphinx's gettext builder with `gettext_compact: false`; domain =
-the page's docname, e.g. `notebooks/02_paged_attention`) and one for the strings code shows a reader
+the page's docname, e.g. `notebooks/03_paged_attention`) and one for the strings code shows a reader
 (domain `servelab`, see `code_messages`), at `locales/<lang>/LC_MESSAGES/<domain>.po`. Catalogs are
 read and written with Babel (what Sphinx itself uses), one line per msgid and msgstr, without source
 locations, so a diff shows the paragraphs that changed. `update` drops obsolete entries (git keeps

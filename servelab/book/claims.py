@@ -203,7 +203,7 @@ def _claim(raw: Any, number: int, topics: tuple[str, ...], seeds: dict[str, Seed
         raise _fail(where, "evidence", evidence, "a non-empty list of tables {kind, ref, detail[, match]}")
     chapter = raw.get("to_measure_in")
     if chapter is not None and (not isinstance(chapter, str) or not _CHAPTER.fullmatch(chapter)):
-        raise _fail(where, "to_measure_in", chapter, "a two-digit chapter number such as \"03\"")
+        raise _fail(where, "to_measure_in", chapter, "a two-digit chapter number such as \"04\"")
     rows = tuple(_evidence(where, e, i) for i, e in enumerate(evidence, 1))
     for i, e in enumerate(rows, 1):
         if e.kind == "article" and e.ref not in seeds:

@@ -61,7 +61,7 @@ class PlannedLaunch:
 
 @dataclass
 class ChapterPlan:
-    chapter: str  # "02_paged_attention"
+    chapter: str  # "03_paged_attention"
     launches: list[PlannedLaunch]
     minutes: float  # estimated wall time of the chapter's engine starts (and, where recorded, its whole run)
     recorded: bool  # minutes come from a recorded run of this profile

@@ -238,7 +238,7 @@ SGLANG_FIGURES: dict[str, PaperFigure] = {
         source=_LMSYS_BLOG,
     ),
 }
-"""Figures about SGLang's prefix cache (chapter 03): the SGLang team's launch post."""
+"""Figures about SGLang's prefix cache (chapter 04): the SGLang team's launch post."""
 
 
 def figures_table() -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Figures about speculative decoding that chapter 05 quotes: the two papers that introduced it and the
+"""Figures about speculative decoding that chapter 06 quotes: the two papers that introduced it and the
 vLLM team's own blog post, each with where it comes from (rendered by ``quoted_figures.quote_markdown``)."""
 
 from __future__ import annotations
@@ -54,4 +54,4 @@ SPECULATIVE_FIGURES: dict[str, PaperFigure] = {
         source=_SPEC_BLOG,
     ),
 }
-"""Figures about speculative decoding (chapter 05): the two papers and the vLLM team's own blog post."""
+"""Figures about speculative decoding (chapter 06): the two papers and the vLLM team's own blog post."""

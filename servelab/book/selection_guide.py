@@ -1,7 +1,7 @@
-"""Chapter 06's selection guide: a decision table computed from the book's saved measurements and the ledger.
+"""Chapter 07's selection guide: a decision table computed from the book's saved measurements and the ledger.
 
 Each row is one situation a reader may be in, what this book measured about it (read from
-results/<profile>/*.csv of chapters 03-06, or a ledger verdict), the leaning that follows, and where
+results/<profile>/*.csv of chapters 04-06, or a ledger verdict), the leaning that follows, and where
 the evidence is. A row whose results are not saved on this profile is left out, and a leaning is chosen
 by comparing the measured numbers (within TIE of each other counts as no difference). Two kinds of row
 do not lean: engine-against-engine timings measured on the cpu profile (`NOT_INDICATIVE`: there SGLang
@@ -90,7 +90,7 @@ def _head_to_head(folder: Path, indicative: bool) -> list[dict]:
     runs = table[table.engine == "vllm"].drop_duplicates("run")
     sweep = runs[runs.workload.eq("random")].dropna(subset=["concurrency"]).sort_values("concurrency")
     light, heavy = sweep.iloc[0].run, sweep.iloc[-1].run
-    where = "chapter 06 'Head-to-head'"
+    where = "chapter 07 'Head-to-head'"
     rows = [{"situation": "one request at a time, latency matters",
              "measured": f"{light}: median request latency vLLM/SGLang {said(light, 'p50_e2el_ms')} "
                          f"(median TTFT {said(light, 'p50_ttft_ms')})",
@@ -112,15 +112,15 @@ def _head_to_head(folder: Path, indicative: bool) -> list[dict]:
                     f"median TTFT {said(r, 'p50_ttft_ms')}")
         evidence = where
         if workload == "shared_prefix" and hits:
-            measured += f"; context, chapter 03's multi-turn hit rate: {hits}"
-            evidence += "; chapter 03 (results prefix_verdict.csv); ledger guide-vllm-for-rag"
+            measured += f"; context, chapter 04's multi-turn hit rate: {hits}"
+            evidence += "; chapter 04 (results prefix_verdict.csv); ledger guide-vllm-for-rag"
         rows.append({"situation": situation, "measured": measured, "leaning": leaning(r, "p50_e2el_ms"),
                      "evidence": evidence})
     return rows
 
 
 def _measure(verdict: pd.DataFrame, name: str) -> pd.Series | None:
-    """The row of chapter 03's verdict table called `name`, hyphens and spaces alike ("multi-turn" or
+    """The row of chapter 04's verdict table called `name`, hyphens and spaces alike ("multi-turn" or
     "multi turn"); None when it has none."""
     def key(text: str) -> str:
         return " ".join(str(text).replace("-", " ").split())
@@ -147,7 +147,7 @@ def _prefix(folder: Path) -> list[dict]:
     return [{"situation": "the reused prompts do not fit the KV cache",
              "measured": f"{measure}: vLLM {hv:.0%}, SGLang {hs:.0%}",
              "leaning": lean(hv / hs, lower_is_better=False) if hs else ("vLLM" if hv else "either (both 0%)"),
-             "evidence": "chapter 03 (results prefix_verdict.csv)"}]
+             "evidence": "chapter 04 (results prefix_verdict.csv)"}]
 
 
 def _chunked(folder: Path, indicative: bool) -> list[dict]:
@@ -181,17 +181,17 @@ def _chunked(folder: Path, indicative: bool) -> list[dict]:
              "measured": (f"smallest budgets: vLLM {both(v)}; SGLang {both(p)} by default, "
                           f"{both(m)} with --enable-mixed-chunk" + (" (median rounds)" if rounds is not None else "")),
              "leaning": leaning,
-             "evidence": "chapter 04 (results chunked_prefill_live.csv, chunked_prefill_rounds.csv)"}]
+             "evidence": "chapter 05 (results chunked_prefill_live.csv, chunked_prefill_rounds.csv)"}]
 
 
 _SPEEDUP = re.compile(r"^speedup, (.*?(\d+) requests?)$")
-# chapter 05 states each speedup with the lowest and highest of its rounds; a speedup whose rounds
-# straddle 1 keeps chapter 05's words, which name the number of rounds (spec_load.not_resolved)
+# chapter 06 states each speedup with the lowest and highest of its rounds; a speedup whose rounds
+# straddle 1 keeps chapter 06's words, which name the number of rounds (spec_load.not_resolved)
 _VERDICT = {"faster": "helps", "slower": "hurts"}
 
 
 def _rounds(folder: Path, name: str) -> int:
-    """The number of rounds chapter 05 saved beside its table (its meta.json's "rounds")."""
+    """The number of rounds chapter 06 saved beside its table (its meta.json's "rounds")."""
     path = results.note_read(folder / f"{name}.meta.json")
     rounds = json.loads(path.read_text()).get("rounds") if path.is_file() else None
     if rounds is None:
@@ -219,7 +219,7 @@ def _speculative(folder: Path) -> list[dict]:
         raise MissingColumn(f"{folder / 'speculative_summary.csv'}: no method has all of {needed}")
     best = rows.loc[rows[f"speedup, {lo}"].idxmax()]
     rounds = _rounds(folder, "speculative_summary")
-    engine = NAMES["vllm"]  # chapter 05 sweeps its methods on vLLM (its GPU runs are a separate table)
+    engine = NAMES["vllm"]  # chapter 06 sweeps its methods on vLLM (its GPU runs are a separate table)
 
     def stated(at: str) -> str:
         return (f"{best[f'speedup, {at}']:.2f} (rounds {best[f'lowest round, {at}']:.2f}"
@@ -234,7 +234,7 @@ def _speculative(folder: Path) -> list[dict]:
                           f"{stated(lo)}; at {max(by_load)} requests {stated(hi)}"),
              "leaning": (f"not an engine comparison: {verdict(lo)} at {min(by_load)} request(s), "
                          f"{verdict(hi)} at {max(by_load)}"),
-             "evidence": "chapter 05 (results speculative_summary.csv)"}]
+             "evidence": "chapter 06 (results speculative_summary.csv)"}]
 
 
 LEDGER_ROWS = (("guide-sglang-for-json", "structured (JSON) output"),

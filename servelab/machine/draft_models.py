@@ -1,7 +1,7 @@
 """Shallow drafts cut from the same checkpoint: a local model's first n decoder layers, as a folder.
 
 A draft for speculative decoding must share the target's tokenizer (vLLM checks that the
-vocabulary sizes match). No other small model shares SmolLM2's, so chapter 05 makes drafts from the
+vocabulary sizes match). No other small model shares SmolLM2's, so chapter 06 makes drafts from the
 model itself: its first n layers, then its own final norm and LM head. Such a draft was never
 trained to stop early, so how often the target accepts its tokens is an open question the chapter
 measures.

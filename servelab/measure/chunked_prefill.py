@@ -1,4 +1,4 @@
-"""Chapter 04 on a live engine: streams with per-token timestamps, the long-prompt scenario, calibration.
+"""Chapter 05 on a live engine: streams with per-token timestamps, the long-prompt scenario, calibration.
 
 ``stream_tokens`` sends streaming completions and records when every chunk of every stream arrived
 (``servelab.engines.client.run_load`` keeps only each request's first-token and finish times). Prompts

@@ -1,4 +1,4 @@
-"""Chapter 04 on both engines: one server per scheduler setting, the scenario on each, the simulator beside it.
+"""Chapter 05 on both engines: one server per scheduler setting, the scenario on each, the simulator beside it.
 
 A ``LiveConfig`` is one server: an engine and its step budget flags. ``measure_rounds`` starts the
 servers of one engine side by side where they fit (else one at a time), calibrates the step costs on the
@@ -69,7 +69,7 @@ class LiveConfig:
 
 
 def chapter_configs(sizes: list[int]) -> list[LiveConfig]:
-    """Chapter 04's servers for a profile's chunk sizes: vLLM at the largest and smallest budget and the largest
+    """Chapter 05's servers for a profile's chunk sizes: vLLM at the largest and smallest budget and the largest
     with the smallest as its long-prefill threshold; SGLang at the smallest chunk without and with mixed chunks,
     and at the largest with them. The first of each engine is calibrated."""
     small, large = sizes[0], sizes[-1]

@@ -29,7 +29,7 @@ tree as it was before the group (none sees another member); `high`, each member 
 prompts of the members sent before it, an upper bound except that it leaves out those members'
 generated tokens (which members that branch off after a shared prompt do not reach anyway). The
 cache is assumed large enough that nothing is evicted; `predict` checks that against a `capacity`
-when given one. `predict_timed` (chapter 03's agent tree) draws the same range from each request's own
+when given one. `predict_timed` (chapter 04's agent tree) draws the same range from each request's own
 send and answer times: a request sent after another was answered finds it whole, even while a third is
 still in flight, and `high` counts every request in flight with it, sent before or after it.
 """

@@ -4,7 +4,7 @@ The client is vLLM's benchmark (`vllm/benchmarks/serve.py`), run inside the vLLM
 ``engine_side/vllm_bench_runs.py``, whatever engine serves: it speaks only the OpenAI-compatible
 HTTP API (backend ``openai``, the completions endpoint), so the same requests, arrival times and
 metric code measure both engines. Prompts come from the benchmark's own datasets where it has one
-(``random``; ``prefix_repetition`` for shared prefixes) and, for chapter 03's multi-turn set, from
+(``random``; ``prefix_repetition`` for shared prefixes) and, for chapter 04's multi-turn set, from
 a ``custom`` JSONL file rendered with the model's chat template. Every run asks for a fixed number
 of output tokens (``--ignore-eos``) at temperature 0, with the tokenizer read from the model's
 local folder (no hub access).
@@ -97,7 +97,7 @@ def plan(max_model_len: int, *, input_tokens: int, concurrencies: Sequence[int],
          suffix_tokens: int, prefixes: int, prefix_prompts: int, conversations: int, turns: int,
          waves: int = 2, seed: int = 0) -> list[Run]:
     """The runs of the head-to-head: random prompts over concurrency and over request rate, shared
-    prefixes, long prompts and chapter 03's multi-turn conversations (these three at one concurrency).
+    prefixes, long prompts and chapter 04's multi-turn conversations (these three at one concurrency).
     A concurrency level c sends `waves` x c prompts (at least 4). Run i gets the seed `seed + i`, so no
     two runs send the same prompts; `warm_up` uses the next seed."""
     for name, value in (("input_tokens", input_tokens), ("rate_prompts", rate_prompts),
@@ -154,7 +154,7 @@ def warm_up(runs: Sequence[Run], prompts: int = 4) -> Run:
 
 
 def multi_turn_chats(seed: int, conversations: int, turns: int) -> tuple:
-    """Chapter 03's multi-turn requests, turn by turn with the conversations interleaved (turn t of every
+    """Chapter 04's multi-turn requests, turn by turn with the conversations interleaved (turn t of every
     conversation before turn t+1 of any), so that at a concurrency of `conversations` a turn is sent only
     once a request of the turn before has finished."""
     requests = multi_turn(seed, conversations=conversations, turns=turns)

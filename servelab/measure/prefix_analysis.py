@@ -1,4 +1,4 @@
-"""Chapter 03's calculations on recorded token ids: sweeps, budgets and the exercises' tables.
+"""Chapter 04's calculations on recorded token ids: sweeps, budgets and the exercises' tables.
 
 Every function here replays token ids on our two caches through
 :func:`servelab.measure.prefix_cache_live.predict_hits` (strictly sequential requests, each finished

@@ -1,4 +1,4 @@
-"""Chapter 03's burst: fresh prompts queued ahead of requests that reuse a cached prefix, on a live engine.
+"""Chapter 04's burst: fresh prompts queued ahead of requests that reuse a cached prefix, on a live engine.
 
 Which requests a scheduler takes first decides, under a small cache, whether a cached prefix survives
 until the requests that need it run. To make the queue's order certain on every machine, the engine is

@@ -1,4 +1,4 @@
-"""Chapter 03 on the real engines: the same token ids sent to vLLM and SGLang, and what our caches predict.
+"""Chapter 04 on the real engines: the same token ids sent to vLLM and SGLang, and what our caches predict.
 
 Prompts are chat requests turned into token ids once, by vLLM's ``/tokenize`` with the model's chat
 template (``messages``, ``add_generation_prompt``), and sent to both engines as token-id completions,

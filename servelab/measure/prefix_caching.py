@@ -1,4 +1,4 @@
-"""Chapter 03's referees: our two prefix caches and the engines' own code replay the same operations.
+"""Chapter 04's referees: our two prefix caches and the engines' own code replay the same operations.
 
 Radix tree: a seeded generator writes a sequence of cache operations the way a serving loop issues
 them (match a prompt, lock the matched path while the request runs, insert the finished sequence,

@@ -1,4 +1,4 @@
-"""Chapter 03's scenarios beyond the five workloads: a short prompt sent twice, a loop over documents
+"""Chapter 04's scenarios beyond the five workloads: a short prompt sent twice, a loop over documents
 that overflows the cache, and a burst in which fresh prompts arrive ahead of requests reusing a cached
 prefix. Seeded chat requests (``ChatRequest``) like those of :mod:`servelab.measure.prefix_workloads`.
 """

@@ -1,4 +1,4 @@
-"""Chapter 03's workloads: chat requests whose prompts share prefixes in the shapes real programs produce.
+"""Chapter 04's workloads: chat requests whose prompts share prefixes in the shapes real programs produce.
 
 Five seeded generators of OpenAI-style chat requests (``messages`` lists), each request knowing the
 request it continues (``parent_id``) where there is one:
@@ -115,7 +115,7 @@ def agent_tree(seed: int = 0, branches: int = 3, sub_branches: int = 2, root_wor
 
 def agent_fork_texts(seed: int = 0, branches: int = 2, sub_branches: int = 2, root_words: int = 200,
                      step_words: int = 50) -> dict[str, object]:
-    """The texts of chapter 03's agent tree run with SGLang's frontend ``fork`` (``sgl_agent_tree.py``): a system
+    """The texts of chapter 04's agent tree run with SGLang's frontend ``fork`` (``sgl_agent_tree.py``): a system
     prompt and a task (``root_words`` together), one prompt per branch and ``sub_branches`` per branch, each
     starting with its marker ("Branch 1.", "Sub-branch 1.0."), so that a request's text names its place. Both
     counts must be at least 2: SGLang's ``fork`` commits the text so far only when ``size > 1``

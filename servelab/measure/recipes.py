@@ -1,4 +1,4 @@
-"""Chapter 06's deployment recipes (servelab/data/recipes.toml), judged by the engines' own parsers.
+"""Chapter 07's deployment recipes (servelab/data/recipes.toml), judged by the engines' own parsers.
 
 A recipe is a launch command for one setting (one GPU, four GPUs with tensor parallelism, two nodes);
 the articles' commands and their corrected forms come from article_commands.toml. `table` checks every

@@ -1,4 +1,4 @@
-"""Chapter 05's measurements: why verifying k tokens costs about one step, and what vLLM's counters say.
+"""Chapter 06's measurements: why verifying k tokens costs about one step, and what vLLM's counters say.
 
 Decoding one token at batch size 1 reads every weight of the model once and does two floating-point
 operations per weight. A CPU or GPU moves far fewer bytes per second than it does operations, so the

@@ -1,4 +1,4 @@
-"""Chapter 05's GPU runs: draft pairs and EAGLE-3 heads each engine accepts, measured against the same target
+"""Chapter 06's GPU runs: draft pairs and EAGLE-3 heads each engine accepts, measured against the same target
 without speculation, one server at a time; runs that need a gated model are skipped, with the reason, when no
 Hugging Face token is set.
 

@@ -1,4 +1,4 @@
-"""Chapter 05 on a live engine: what one forward over n tokens costs, and what speculation gives.
+"""Chapter 06 on a live engine: what one forward over n tokens costs, and what speculation gives.
 
 Three measurements, all on a running server, all timed by the engine itself (its Prometheus
 histograms), so the HTTP round trip does not enter:

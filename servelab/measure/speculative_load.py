@@ -1,4 +1,4 @@
-"""Chapter 05's concurrency sweep, priced and judged: what a verification costs with b requests in
+"""Chapter 06's concurrency sweep, priced and judged: what a verification costs with b requests in
 flight, how far the measurement lies from that price, which speedups the run resolves (their spread
 over interleaved rounds, and the chance that a method with no effect looks resolved), and the KV blocks a
 wave holds.

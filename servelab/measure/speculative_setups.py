@@ -1,4 +1,4 @@
-"""What chapter 05 runs: repetition-heavy tasks, the GPU-only runs, and SGLang's automatic defaults.
+"""What chapter 06 runs: repetition-heavy tasks, the GPU-only runs, and SGLang's automatic defaults.
 
 Prompt lookup (vLLM's ``ngram`` method) can only propose what already occurred in the context, so
 it pays on answers that copy from the prompt: editing code, extracting quotes, summarising with

@@ -1,4 +1,4 @@
-"""Chapter 01's arithmetic: how many tokens and sequences a KV budget holds, a capacity planner.
+"""Chapter 02's arithmetic: how many tokens and sequences a KV budget holds, a capacity planner.
 
 Bytes per token come from the model's shape (`servelab.machine.model_shapes`, re-exported here):
 2 (K and V) x layers x KV heads x head dim x bytes per element.

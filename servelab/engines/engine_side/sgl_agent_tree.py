@@ -1,4 +1,4 @@
-"""Chapter 03's agent tree, run with SGLang's frontend `fork` against a live SGLang server.
+"""Chapter 04's agent tree, run with SGLang's frontend `fork` against a live SGLang server.
 
 Runs inside the SGLang venv and imports nothing from servelab. The recorder of `sgl_agent.py`
 (imported from beside this file) keeps every /generate request the frontend sends: its JSON body,

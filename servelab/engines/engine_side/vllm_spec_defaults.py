@@ -1,4 +1,4 @@
-"""vLLM's speculative-decoding defaults, read from its own SpeculativeConfig (chapter 05).
+"""vLLM's speculative-decoding defaults, read from its own SpeculativeConfig (chapter 06).
 
 Runs inside the vLLM venv and imports nothing from servelab. Prints one JSON object: the field
 defaults of `vllm.config.speculative.SpeculativeConfig` that decide what speculation does

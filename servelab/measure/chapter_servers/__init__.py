@@ -1,6 +1,6 @@
 """The servers each chapter starts, as data: engine, model, options, how often, on any profile.
 
-A chapter's notebook takes its servers from its module here (`c02.servers(profile, **parameters)`), and
+A chapter's notebook takes its servers from its module here (`c03.servers(profile, **parameters)`), and
 `python -m servelab plan` reads the same declarations for a GPU profile to list, check and cost every
 launch before anything is rented (servelab.book.launch_plan). What each chapter really started is
 recorded when it runs (`starts` in the executed notebook's metadata); a test holds the cpu profile's
@@ -20,7 +20,7 @@ from typing import Any
 from servelab.engines.server import Server
 from servelab.machine.profiles import Profile
 
-CHAPTERS = ("00", "01", "02", "03", "04", "05", "06")
+CHAPTERS = ("00", "01", "02", "03", "04", "05", "06", "07")
 # vLLM's block size when none is given: CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py) on CUDA; the CPU
 # platform raises it (CpuPlatform.check_and_update_config in vllm/platforms/cpu.py).
 VLLM_BLOCK_SIZE = {"cpu": 128, "cuda": 16}
@@ -57,7 +57,7 @@ def two_sequences(profile: Profile) -> int:
 
 
 def of(chapter: str, profile: Profile, **parameters: Any) -> dict[str, Launch]:
-    """The servers chapter `chapter` ("02") starts on `profile` with these parameters, by name."""
+    """The servers chapter `chapter` ("03") starts on `profile` with these parameters, by name."""
     if chapter not in CHAPTERS:
         raise ValueError(f"unknown chapter {chapter!r}; accepted: {', '.join(CHAPTERS)}")
     return importlib.import_module(f"{__name__}.c{chapter}").servers(profile, **parameters)

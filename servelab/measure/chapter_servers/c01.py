@@ -1,18 +1,13 @@
-"""Chapter 01's servers: both engines with one KV budget, and both with a budget half a vLLM block over two
-full-length sequences (the exercise on partial blocks)."""
+"""Chapter 01's servers: each engine once, on the profile's model, with its own default scheduler limits (the
+chapter reads those limits, it does not set them)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from servelab.machine.profiles import Profile
-from servelab.measure.chapter_servers import VLLM_BLOCK_SIZE, Launch, by_name, two_sequences
+from servelab.measure.chapter_servers import Launch, by_name
 
 
-def servers(profile: Profile, *, kv_cache_tokens: int | None = None, **parameters: Any) -> dict[str, Launch]:
-    tokens = kv_cache_tokens or profile.kv_cache_tokens or two_sequences(profile)
-    partial = two_sequences(profile) + VLLM_BLOCK_SIZE[profile.device] // 2
-    return by_name(Launch("vLLM", "vllm", {"kv_cache_tokens": tokens}),
-                   Launch("SGLang", "sglang", {"kv_cache_tokens": tokens}),
-                   Launch("vLLM, partial block", "vllm", {"kv_cache_tokens": partial}),
-                   Launch("SGLang, partial block", "sglang", {"kv_cache_tokens": partial}))
+def servers(profile: Profile, **parameters: Any) -> dict[str, Launch]:
+    return by_name(Launch("vLLM", "vllm"), Launch("SGLang", "sglang"))

@@ -1,24 +1,18 @@
-"""Chapter 02's servers: vLLM and SGLang under KV pressure with one budget, vLLM refusing a block size its
-attention backend cannot use, and vLLM with another block size."""
+"""Chapter 02's servers: both engines with one KV budget, and both with a budget half a vLLM block over two
+full-length sequences (the exercise on partial blocks)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from servelab.machine.profiles import Profile
-from servelab.measure import block_size as blocks
 from servelab.measure.chapter_servers import VLLM_BLOCK_SIZE, Launch, by_name, two_sequences
 
 
-def servers(profile: Profile, *, sglang_conservativeness: float, kv_tokens: int | None = None,
-            **parameters: Any) -> dict[str, Launch]:
-    tokens = kv_tokens or two_sequences(profile)  # vLLM refuses budgets below one full-length sequence
-    default = VLLM_BLOCK_SIZE[profile.device]
-    return by_name(
-        Launch("vLLM", "vllm", {"kv_cache_tokens": tokens}),
-        Launch("SGLang", "sglang", {"kv_cache_tokens": tokens, "schedule_conservativeness": sglang_conservativeness,
-                                    "decode_log_interval": 1}),
-        Launch("vLLM, refused block size", "vllm",
-               {"kv_cache_tokens": tokens, "block_size": blocks.probe_block_size(default)}, refused=True),
-        Launch("vLLM, other block size", "vllm",
-               {"kv_cache_tokens": tokens, "block_size": blocks.comparison_block_size(default)}))
+def servers(profile: Profile, *, kv_cache_tokens: int | None = None, **parameters: Any) -> dict[str, Launch]:
+    tokens = kv_cache_tokens or profile.kv_cache_tokens or two_sequences(profile)
+    partial = two_sequences(profile) + VLLM_BLOCK_SIZE[profile.device] // 2
+    return by_name(Launch("vLLM", "vllm", {"kv_cache_tokens": tokens}),
+                   Launch("SGLang", "sglang", {"kv_cache_tokens": tokens}),
+                   Launch("vLLM, partial block", "vllm", {"kv_cache_tokens": partial}),
+                   Launch("SGLang, partial block", "sglang", {"kv_cache_tokens": partial}))

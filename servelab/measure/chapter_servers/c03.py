@@ -1,24 +1,24 @@
-"""Chapter 03's servers: vLLM with an endpoint that empties its prefix cache, SGLang reporting cached tokens and
-prefilling a burst in one step, and SGLang again with the longest-prefix-match policy."""
+"""Chapter 03's servers: vLLM and SGLang under KV pressure with one budget, vLLM refusing a block size its
+attention backend cannot use, and vLLM with another block size."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from servelab.machine.profiles import Profile
-from servelab.measure.chapter_servers import Launch, by_name
-from servelab.measure.lineup import side_by_side
-from servelab.measure.prefix_burst import one_step_prefill
-from servelab.measure.prefix_cache_live import cache_options
+from servelab.measure import block_size as blocks
+from servelab.measure.chapter_servers import VLLM_BLOCK_SIZE, Launch, by_name, two_sequences
 
 
-def servers(profile: Profile, *, kv_tokens: int | None = None, **parameters: Any) -> dict[str, Launch]:
-    tokens = kv_tokens or profile.max_model_len * 9 // 8  # one full-length sequence plus vLLM's null block
-    sglang = {**cache_options("sglang"), **one_step_prefill(tokens), "kv_cache_tokens": tokens}
-    # The chapter's lineup runs the servers side by side where every one's memory is bounded (cpu); on a GPU each
-    # claims most of the card, so one runs at a time and the chapter's order (vllm, sglang, vllm, vllm, sglang,
-    # sglang lpm) starts vllm and sglang twice.
-    again = 1 if side_by_side(profile) else 2
-    return by_name(Launch("vllm", "vllm", {**cache_options("vllm"), "kv_cache_tokens": tokens}, starts=again),
-                   Launch("sglang", "sglang", sglang, starts=again),
-                   Launch("sglang lpm", "sglang", {**sglang, "schedule_policy": "lpm"}))
+def servers(profile: Profile, *, sglang_conservativeness: float, kv_tokens: int | None = None,
+            **parameters: Any) -> dict[str, Launch]:
+    tokens = kv_tokens or two_sequences(profile)  # vLLM refuses budgets below one full-length sequence
+    default = VLLM_BLOCK_SIZE[profile.device]
+    return by_name(
+        Launch("vLLM", "vllm", {"kv_cache_tokens": tokens}),
+        Launch("SGLang", "sglang", {"kv_cache_tokens": tokens, "schedule_conservativeness": sglang_conservativeness,
+                                    "decode_log_interval": 1}),
+        Launch("vLLM, refused block size", "vllm",
+               {"kv_cache_tokens": tokens, "block_size": blocks.probe_block_size(default)}, refused=True),
+        Launch("vLLM, other block size", "vllm",
+               {"kv_cache_tokens": tokens, "block_size": blocks.comparison_block_size(default)}))

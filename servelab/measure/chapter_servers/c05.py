@@ -1,33 +1,16 @@
-"""Chapter 05's servers: vLLM plain and with each speculative method, the 16-bit rounding pair where drafts are
-cut from the model itself, and on a GPU profile each GPU run against its plain target."""
+"""Chapter 05's servers: one per step budget (chunked_prefill_live.chapter_configs)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from servelab.machine.profiles import Profile
-from servelab.measure import speculative_gpu as gpu
-from servelab.measure import speculative_setups as setups
+from servelab.measure import chunked_prefill_live as live
 from servelab.measure.chapter_servers import Launch, by_name
+from servelab.measure.lineup import side_by_side
 
 
-def servers(profile: Profile, *, k: int, lookup: Sequence[int], rounding_dtype: str, kv_tokens: int | None = None,
-            draft_layers: Sequence[int] | None = None, **parameters: Any) -> dict[str, Launch]:
-    # one budget for every server; six full-length sequences (12288 tokens on cpu) leave a draft's KV room too
-    budget = {"kv_cache_tokens": kv_tokens or 6 * profile.max_model_len}
-    cut = profile.model.startswith("local:")  # drafts cut from the model itself (cpu); else the profile's draft
-    layers = setups.target_layers(profile) if cut else None
-    methods = setups.methods(profile, k, tuple(lookup), (draft_layers or [layers // 4]) if cut else [])
-    out = [Launch("plain", "vllm", dict(budget)),
-           *(Launch(m.name, "vllm", {"speculative_config": m.config, **budget}) for m in methods)]
-    rounding = next((m for m in methods if m.draft_layers == layers), None) if cut else None
-    if rounding is not None and rounding_dtype != profile.dtype:
-        dtype = {"dtype": rounding_dtype, **budget}
-        out += [Launch(f"plain, {rounding_dtype}", "vllm", dtype),
-                Launch(f"{rounding.name}, {rounding_dtype}", "vllm", {"speculative_config": rounding.config, **dtype})]
-    for run in gpu.gpu_runs(profile, k):
-        env = {"env": dict(run.env)} if run.env else {}
-        out += [Launch(f"{run.label}: plain", run.engine, {}, model=run.model, needs="a GPU"),
-                Launch(run.label, run.engine, {**run.options, **env}, model=run.model, needs="a GPU")]
-    return by_name(*out)
+def servers(profile: Profile, rounds: int = 3, **parameters: Any) -> dict[str, Launch]:
+    starts = 1 if side_by_side(profile) else rounds  # one at a time, every round starts each server afresh
+    return by_name(*(Launch(cfg.label, cfg.engine, cfg.options(), starts=starts)
+                     for cfg in live.chapter_configs(profile.chunk_sizes)))

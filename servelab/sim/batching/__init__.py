@@ -12,7 +12,7 @@ An engine runs one forward pass, a *step*, after another. A request's prompt is 
   ``max_prefill_tokens`` prompt tokens per step), and every running request decodes.
 
 What is left out, on purpose: the prompt is never split across steps (no chunked prefill: that is
-chapter 04's), the KV cache never runs out (no preemption: chapter 02's), every request generates
+chapter 05's), the KV cache never runs out (no preemption: chapter 03's), every request generates
 exactly its ``output_tokens`` (no early stop), prefill and decodes of one step cost what
 ``CostModel.step_seconds`` says (a linear model, fitted or given), and requests reach the scheduler
 the moment they arrive (no HTTP or tokenizer time).

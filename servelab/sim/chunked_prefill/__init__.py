@@ -1,4 +1,4 @@
-"""Chapter 04's simulator: a step-level scheduler with a token budget per step, and what it costs.
+"""Chapter 05's simulator: a step-level scheduler with a token budget per step, and what it costs.
 
 A serving engine runs one forward pass (a *step*) after another. Each step has a token budget: vLLM's
 ``max_num_batched_tokens``, SGLang's ``chunked_prefill_size``. Running requests decode one token per

@@ -1,4 +1,4 @@
-"""Chapter 02's simulator. Where KV memory goes: a request-level simulator of three ways to reserve KV cache.
+"""Chapter 03's simulator. Where KV memory goes: a request-level simulator of three ways to reserve KV cache.
 
 Every policy below serves the same seeded workload with the same scheduler: first come, first served,
 iteration-level ("continuous") batching, one new token per running request per step, memory freed the

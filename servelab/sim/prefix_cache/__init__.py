@@ -1,4 +1,4 @@
-"""Chapter 03's simulators: prefix caching two ways, SGLang's radix tree and vLLM's hashed blocks.
+"""Chapter 04's simulators: prefix caching two ways, SGLang's radix tree and vLLM's hashed blocks.
 
 Both keep the KV cache of finished requests and hand it to later requests that start with the same
 tokens; they differ in granularity. ``radix_tree`` is SGLang's RadixAttention tree (Zheng et al.

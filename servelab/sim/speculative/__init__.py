@@ -1,4 +1,4 @@
-"""Chapter 05's simulator: speculative decoding, in theory and from scratch.
+"""Chapter 06's simulator: speculative decoding, in theory and from scratch.
 
 Modules, one concept each:
 
