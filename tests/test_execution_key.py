@@ -34,6 +34,15 @@ def test_an_engine_side_script_brings_the_sibling_it_imports():
     assert {"servelab/engines/engine_side/check_vllm_args.py", "servelab/engines/engine_side/engine_report.py"} <= found
 
 
+def test_an_f_string_names_a_script_only_when_it_spells_one(tmp_path):
+    source = tmp_path / "07_x.py"
+    source.write_text('share = f"{0.5:.0%}"\nname = f"{1:032x}"\n')  # placeholders alone: no file named
+    found = {p.name for p in execution_key.closure(source)}
+    assert not found & {p.name for p in execution_key._named_files()}
+    source.write_text('name = f"{engine}_memory_defaults.py"\n')
+    assert {"vllm_memory_defaults.py", "sglang_memory_defaults.py"} <= {p.name for p in execution_key.closure(source)}
+
+
 def test_a_chapter_does_not_depend_on_what_it_never_reaches():
     found = _closure("02_kv_cache_memory")
     assert "servelab/data/claims.toml" not in found and "servelab/book/claims.py" not in found

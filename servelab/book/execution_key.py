@@ -81,7 +81,10 @@ def _imports_and_strings(tree: ast.Module, here: Path) -> tuple[list[Path], list
                 files.append(here / f"{name}.py")
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             strings.append(node.value)
-        elif isinstance(node, ast.JoinedStr):
+        elif isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.Constant) and ".py" in v.value
+                                                       for v in node.values):
+            # only an f-string that spells a script's name (f"{engine}_memory_defaults.py") names files: one
+            # of placeholders alone (f"{x:.0%}") would otherwise match every script
             parts = [re.escape(v.value) if isinstance(v, ast.Constant) else ".*" for v in node.values]
             patterns.append(re.compile("".join(parts)))
     return files, strings, patterns
