@@ -23,9 +23,9 @@
 # spread over more steps and each step has a fixed cost.
 #
 # In vLLM the budget is `--max-num-batched-tokens`, shared by decodes and prompt chunks; in SGLang it
-# is `--chunked-prefill-size`. Two measures show who pays. A stream's inter-token gap is the time
-# between two tokens it receives; the long prompt's time to first token (TTFT) is the time from
-# sending it to receiving its first token. This chapter builds the scheduler as a small simulator,
+# is `--chunked-prefill-size`. Two measures show who pays: a stream's inter-token gap (ITL) and the
+# long prompt's time to first token (TTFT), both defined in [chapter 01](01_serving_basics.ipynb).
+# This chapter builds the scheduler as a small simulator,
 # calibrates its step cost on this machine, measures both engines with a steady set of streams and
 # one long prompt, and sets the simulator's prediction beside the measurement. It ends with what the
 # flags mean in the installed versions and a rule for choosing the budget.

@@ -29,8 +29,8 @@
 # %% [markdown]
 # The client is vLLM's own benchmark, `vllm bench serve` (`vllm/benchmarks/serve.py`). It speaks
 # only the OpenAI-compatible HTTP API, so it can load an SGLang server exactly as it loads a vLLM
-# server: the same prompts, the same arrival times and the same code computing time to first token
-# (TTFT), inter-token latency (ITL) and end-to-end latency. The engines are measured one at a
+# server: the same prompts, the same arrival times and the same code computing TTFT, ITL (both defined
+# in [chapter 01](01_serving_basics.ipynb)) and end-to-end latency. The engines are measured one at a
 # time, taking turns, so neither competes with the other for the machine while it is measured: on
 # the cpu profile both servers stay up side by side, on a GPU each round starts each server afresh.
 #

@@ -45,6 +45,14 @@ def test_every_chapter_is_in_the_toc():
 
 
 @pytest.mark.book
+def test_the_introduction_lists_every_chapter_in_book_order():
+    intro = (REPO / "book" / "intro.md").read_text()
+    chapters_section = intro[intro.index("## Chapters"):intro.index("## How to run it")]
+    linked = re.findall(r"\(\.\./(notebooks/[0-9]{2}_[a-z_]+)\.ipynb\)", chapters_section)
+    assert linked == [f for f in _toc_files() if f.startswith("notebooks/")]
+    assert "planned" not in chapters_section.lower()
+
+
 def test_chapters_show_their_figures_and_hide_engine_logs(html):
     for source in chapters.sources():
         page = (html / "notebooks" / f"{source.stem}.html").read_text()
