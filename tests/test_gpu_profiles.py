@@ -100,6 +100,21 @@ def test_the_helpers_chapters_call_on_a_gpu_profile(gpu_machine):
     assert (resolved.table.error == "").all()
 
 
+@pytest.mark.engine_venv
+def test_chapter_01s_knob_table_on_a_gpu_profile(gpu_machine):
+    """Chapter 01 reads both engines' batch knobs on a GPU profile, SGLang's batch cap from the pool a running
+    server reports (a GPU profile sets no KV budget of its own)."""
+    from servelab.measure import serving_basics
+
+    gpu_machine(mib=23034)
+    prof = profiles.load("gpu-24g")
+    assert prof.kv_cache_tokens is None
+    table = serving_basics.batch_knobs(serving_basics.engine_batch_defaults(prof, kv_tokens=200_000))
+    # SGLang's cap from the pool: min(clamp(pool / context x 512, 2048, 4096), pool // 2) (resolve_max_num_reqs)
+    assert table.set_index("knob").loc["--max-running-requests", "default"] == 4096
+    assert all(int(v) > 0 for v in table["default"]), table  # vLLM's on the platform its venv runs on (CPU here)
+
+
 def test_gated_gpu_runs_are_skipped_with_their_reason_without_a_token(monkeypatch, tmp_path):
     from servelab.measure import speculative_gpu
 
