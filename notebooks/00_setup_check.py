@@ -42,6 +42,16 @@ prof = banner.start(profile)
 #
 # Each engine runs as a server in its own virtual environment, the way you would run it in
 # production; the notebook talks to it over HTTP and never imports it.
+
+# %%
+from matplotlib import pyplot as plt
+
+from servelab.book import diagrams_setup
+
+diagrams_setup.draw_client_server({"vLLM": prof.vllm_env, "SGLang": prof.sglang_env})
+plt.show()
+
+# %% [markdown]
 #
 # :::{dropdown} How we know: how the notebook starts and stops the engines
 # vLLM and SGLang each pin their own build of PyTorch, so each lives in its own virtual
@@ -66,10 +76,15 @@ prof = banner.start(profile)
 # With greedy decoding the engine picks the most likely next token at every step.
 #
 # The cell below starts vLLM, asks it a fixed set of short questions with greedy decoding, times
-# one longer answer, and stops it. The engine's log goes to a file under `$SERVELAB_HOME/logs`;
-# if the engine fails to start, the error shows the end of that log.
+# one longer answer, and stops it.
+#
+# :::{dropdown} How we know: where the engine's log goes
+# The engine's log goes to a file under `$SERVELAB_HOME/logs`; if the engine fails to start, the
+# error shows the end of that log.
+# :::
 
 # %%
+from servelab.measure import by_hand
 from servelab.measure.chapter_servers import c00
 from servelab.measure.setup_check import greedy_tokens, vllm_omp_threads, what_ran
 from servelab.measure.workloads import QUESTIONS
@@ -81,6 +96,9 @@ with servers["vLLM"].server(prof) as vllm:
     answers["vLLM"] = greedy_tokens(vllm, questions)
     runs.append(what_ran("vLLM", vllm))
     vllm_log = vllm.log_path.read_text(errors="replace")
+    by_hand_command = by_hand.command_line(vllm)
+    by_hand_request = by_hand.chat_request(vllm, questions[0])
+    by_hand_answer = by_hand.send(vllm, by_hand_request)
 print(answers["vLLM"][0].text)
 
 # %% [markdown]
@@ -92,6 +110,30 @@ print(answers["vLLM"][0].text)
 # %%
 # NBVAL_CHECK_OUTPUT
 print("Paris" in answers["vLLM"][0].text)
+
+# %% [markdown]
+# ### The same, by hand
+#
+# The server was started with the command below, and a question is one HTTP request with a JSON
+# body; the answer is JSON too. On your own server, these two are all you need.
+#
+# :::{dropdown} How we know: what the flags in these commands are
+# The flags after the model come from this profile (`servelab/data/profiles.toml`) and from
+# servelab's launch code (`servelab/engines/launch.py`). vLLM's `--kv-cache-memory-bytes` and
+# SGLang's `--max-total-tokens` give both engines the same KV budget, once in bytes and once in
+# tokens; chapter 02 derives one from the other. `--max-num-seqs` and `--max-running-requests` cap
+# the requests running at once (chapter 01). On your own GPU you would keep the model, host and port,
+# and let the engine size its KV cache from `--gpu-memory-utilization` (vLLM) or
+# `--mem-fraction-static` (SGLang). The answer's `prompt_tokens` counts the chat template the server
+# wraps around the question, not only the question's own words.
+# :::
+
+# %%
+import json
+
+print(by_hand_command, "\n")
+print(f"POST /v1/chat/completions\n{json.dumps(by_hand_request, indent=1)}\n")
+print(json.dumps({k: by_hand_answer[k] for k in ("choices", "usage")}, indent=1))
 
 # %% [markdown]
 # ## SGLang
@@ -123,6 +165,9 @@ with servers["SGLang"].server(prof) as sglang:
     frontend_run = frontend_cache.run(sglang)
     frontend_requests = frontend_cache.to_requests(sglang, frontend_run.requests)
     sglang_cache_tokens = engine_capacity(sglang)["tokens"]
+    sglang_command = by_hand.command_line(sglang)
+    sglang_request = by_hand.chat_request(sglang, questions[0])
+    sglang_answer = by_hand.send(sglang, sglang_request)
 frontend = frontend_run.outputs
 print(answers["SGLang"][0].text)
 print({key: sglang_args[key] for key in ("device", "attention_backend", "sampling_backend")})
@@ -132,13 +177,18 @@ print({key: sglang_args[key] for key in ("device", "attention_backend", "samplin
 print("Paris" in answers["SGLang"][0].text)
 
 # %% [markdown]
+# By hand again: SGLang's command, and the same request to it.
+
+# %%
+print(sglang_command, "\n")
+print(json.dumps({k: sglang_answer[k] for k in ("choices", "usage")}, indent=1))
+
+# %% [markdown]
 # ## What each start cost on this machine
 #
-# The table below shows how long each engine took to start, its peak host memory, and the time to
-# first token and decode rate of one request with nothing else running: single runs on the machine
-# in the banner. It is not an engine comparison: on the `cpu` profile the engines run different
-# kinds of code, and one request measures neither batching (many requests in one step) nor
-# scheduling, which is what serving engines are built for.
+# The table shows each engine's start time, its peak host memory, and one request's time to first
+# token and decode rate: single runs on the machine in the banner, not an engine comparison (one
+# request measures no batching; chapter 01 does).
 #
 # :::{dropdown} How we know: what the columns measure
 # Start time is from launching the process to the engine answering `/health`; the memory column

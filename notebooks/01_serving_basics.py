@@ -102,14 +102,15 @@ plt.show()
 # them to this machine.
 
 # %%
+from servelab.book.i18n import N_
 from servelab.sim.batching import continuous, poisson_arrivals, static, summarize
 from servelab.sim.chunked_prefill.cost import CostModel
 
 # an illustrative step cost, not measured: 20 ms per step, 0.2 ms per prompt token, 2 ms per decoding request
 cost = CostModel(step_s=0.020, prefill_token_s=0.0002, decode_s=0.002, context_token_s=0.0)
 arrivals = poisson_arrivals(4.0, sim_requests, prompt_tokens=200, output_tokens=(4, 40), seed=seed)
-simulated = {"static batching": static(arrivals, cost, max_batch=4),
-             "continuous batching": continuous(arrivals, cost, max_batch=4)}
+simulated = {N_("static batching"): static(arrivals, cost, max_batch=4),
+             N_("continuous batching"): continuous(arrivals, cost, max_batch=4)}
 diagrams_serving.draw_batching({plots.label(k): v for k, v in simulated.items()})
 plt.show()
 slo = {"ttft_slo_s": 0.5, "tpot_slo_s": 0.05}
@@ -150,8 +151,8 @@ print(c.ttft_p90_s < s.ttft_p90_s, c.met_slo > s.met_slo, c.output_tokens_per_s 
 # and the same clock. Three sweeps per engine:
 #
 # 1. one request at a time, with short, medium and long prompts: TTFT and ITL against prompt length;
-# 2. 1, 2, 4 and 8 requests at a time (each new request sent when one finishes): the server's tokens
-#    per second against the batch;
+# 2. 1, 2, 4 and 8 requests at a time (each new request sent when one finishes, the client's
+#    `--max-concurrency`): the server's tokens per second against the batch;
 # 3. requests arriving at random at a fixed average rate, however many are already in flight, at
 #    rates from half to four times what the slower server managed in sweep 2: latency against load.
 #
@@ -203,20 +204,15 @@ results.save("serving_basics_prefill_decode", prefill, prof)
 prefill.round(2)
 
 # %%
-fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
-for engine, rows in prefill.groupby("engine", sort=False):
-    left.plot(rows.prompt_tokens, rows.ttft_ms, marker="o", label=engine)
-    right.plot(rows.prompt_tokens, rows.itl_ms, marker="o", label=engine)
-plots.axes("Time to first token", "prompt (tokens)", "ms", ax=left)
-plots.axes("Gap between later tokens", "prompt (tokens)", "ms", ax=right)
-for ax in (left, right):
-    ax.set_ylim(bottom=0)
-    ax.legend()
+diagrams_serving.engine_panels(prefill, "prompt_tokens", [("ttft_ms", N_("Time to first token"), N_("ms")),
+                                                           ("itl_ms", N_("Gap between later tokens"), N_("ms"))],
+                               N_("prompt (tokens)"))
 plt.show()
 
 # %% [markdown]
 # The prefill grows with the prompt: the first token of a long prompt comes many times later than
-# that of a short one (`ttft_vs_shortest`). The gap between later tokens grows far less
+# that of a short one (`ttft_vs_shortest`). Computing the prompt in parallel is not free: the step
+# still does the arithmetic of every prompt token. The gap between later tokens grows far less
 # (`itl_vs_shortest`), because each decode step computes one token whatever the prompt was; it only
 # reads a longer KV cache.
 
@@ -228,7 +224,8 @@ print((longest.ttft_vs_shortest > 2).all(), (longest.ttft_vs_shortest > 2 * long
 # %% [markdown]
 # ## Why decode is limited by memory
 #
-# At one request, a decode step reads every weight once to produce one token. The step cannot be
+# A decode step does little arithmetic for the bytes it reads: at one request, it reads every weight
+# once to produce one token. The step cannot be
 # shorter than the time the memory needs to deliver those bytes, so the memory's bandwidth (bytes per
 # second) divided by the bytes read per token bounds the decode rate: the *roofline*. With a batch of
 # b requests the weights are read once for all b tokens, and each request adds only its KV cache; the
@@ -275,10 +272,11 @@ plt.show()
 # of a step.
 # That is why engines batch, and why the scheduler's limits on the batch matter.
 #
-# The measured line is the decode rate: batch / median ITL, first tokens left out. How close it comes
-# to the bound depends on the machine; the cell above prints it. Where it stays far below, as on this
-# CPU, something other than reading the weights takes most of a step (this chapter does not measure
-# what); the batch shares that cost too.
+# The measured line is the decode rate: batch / median ITL, first tokens left out. The bound is a
+# ceiling; how close the engines come to it depends on the machine, and the cell above prints it.
+# Where they stay far below, as on this CPU, something other than reading the weights takes most of a
+# step (this chapter does not measure what), and the batch shares that cost too. With one run per
+# batch size these columns are noisy: a request speed above 1 at some batch is noise.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -315,29 +313,32 @@ results.save("serving_basics_load_curve", curve, prof, capacity_req_s=capacity)
 curve.round(2)
 
 # %%
-fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
-for engine, rows in curve.groupby("engine", sort=False):
-    left.plot(rows.offered_req_s, rows.achieved_req_s, marker="o", label=engine)
-    right.plot(rows.offered_req_s, rows.p90_ttft_ms, marker="o", label=engine)
+left, right = diagrams_serving.engine_panels(
+    curve, "offered_req_s", [("achieved_req_s", N_("Throughput against load"), N_("achieved (requests/s)")),
+                             ("p90_ttft_ms", N_("Time to first token against load"), N_("p90 TTFT (ms)"))],
+    N_("offered (requests/s)"))
 offered = sorted(set(curve.offered_req_s))
 left.plot(offered, offered, "k:", label=plots.label("as offered"))
 reached = summary_one[summary_one.run == f"batch {max(batches)}"].set_index("engine").request_throughput
 for i, value in enumerate(reached):
     left.axhline(value, color=f"C{i}", linestyle="--", linewidth=1)
-plots.axes("Throughput against load", "offered (requests/s)", "achieved (requests/s)", ax=left)
-plots.axes("Time to first token against load", "offered (requests/s)", "p90 TTFT (ms)", ax=right)
-for ax in (left, right):
-    ax.set_ylim(bottom=0)
-    ax.legend()
+left.set_ylim(0, 1.15 * max(reached.max(), curve.achieved_req_s.max()))  # every engine's line and capacity shown
+left.legend()
 plt.show()
 
 # %% [markdown]
 # On the left, throughput follows the offered load and then flattens near the server's capacity (the
 # dashed lines: what each engine reached in sweep 2); on the right, TTFT stays low and then climbs
 # steeply: the *knee*. A server run near its knee has the most throughput but the least margin, so
-# operators size a server for a load below it and watch p90 TTFT. With 16 requests per rate, p90 is
-# about the second-slowest request, so single points are noisy; and on the cpu profile the two curves
+# operators size a server for a load below it and watch p90 TTFT. On the cpu profile the two curves
 # rank two CPU builds, not the engines.
+#
+# :::{dropdown} How we know: how to read these few points
+# The achieved rate is requests over the run's duration, which includes finishing the last answers,
+# so a short run reads a little below what it was offered even under its capacity. With 16 requests
+# per rate, p90 is about the second-slowest request, so a single point is noisy; more requests per
+# rate, and more rates near the capacity, draw the knee more finely at the price of minutes.
+# :::
 #
 # The client's command line for one of these runs is printed below: the same sweep on your own server
 # is this command with your URL and model.
@@ -356,11 +357,12 @@ print((high.p90_ttft_ms > 2 * low.p90_ttft_ms).all(), (high.achieved_req_s < 0.9
 #
 # Each engine caps its batch with a few scheduler settings. The table reads their defaults from each
 # engine's own code on this machine, and what this chapter's servers ran with (the cap of 8 set
-# above, where the engines' defaults are far larger). A larger cap raises the
+# above). A larger cap raises the
 # throughput the knee allows but lengthens each step, so every request's ITL grows; a cap on prompt
 # tokens per step keeps a long prompt from stalling everyone else's decode (chapter 05).
 
 # %%
+pd.set_option("display.max_colwidth", 90)
 knobs = sb.batch_knobs(sb.engine_batch_defaults(prof, kv_tokens=running["sglang"]["max_total_num_tokens"]), running)
 results.save("serving_basics_knobs", knobs, prof)
 knobs
@@ -370,8 +372,9 @@ knobs
 #
 # - A request is one prefill step over its whole prompt, then one decode step per output token. TTFT
 #   grows with the prompt; the gap between later tokens barely does.
-# - Decode is bound by memory bandwidth: each step reads all the weights. Batching shares that read,
-#   so the server's tokens per second grow with the batch while each request slows only a little.
+# - A decode step reads all the weights for little arithmetic, so memory bandwidth sets a ceiling on
+#   decode speed. Batching shares that read, and every other fixed cost of a step: the server's
+#   tokens per second grow with the batch while each request slows far less.
 # - Continuous batching lets requests join and leave at every step, which is why an engine can keep a
 #   large batch and still answer a new request quickly.
 # - Under an open-loop load, latency stays flat until the server's capacity and then climbs steeply;
@@ -389,10 +392,12 @@ knobs
 # 2. The simulator used a made-up step cost. Fit one to vLLM on this machine from the measurements
 #    above: the cost per prompt token from the TTFT of the shortest and the longest prompt, the cost
 #    per decoding request from the ITL at batch 1 and at the largest batch. Run static and continuous
-#    batching again with it, at vLLM's measured capacity. Does continuous batching still win on TTFT?
-# 3. Which end of the latency/throughput curve does `--max-num-seqs` move? Use the simulator: send 40
-#    requests at 8 per second (twice the rate above) to continuous batching with `max_batch` 2, 4 and
-#    16, and compare p90 TTFT, TPOT and the share of requests within the objectives.
+#    batching again with it, at vLLM's measured capacity (64-token prompts, answers of 4 to 40 tokens,
+#    the chapter's batch cap, and objectives of ten times the batch-1 ITL for TTFT and twice the
+#    largest batch's ITL for TPOT). Does continuous batching still win on TTFT?
+# 3. What does a larger batch cap (`--max-num-seqs`) trade? Use the simulator with the requests of the
+#    picture above (200-token prompts, answers of 4 to 40 tokens): send 40 requests at 2, 4 and 8 per
+#    second to continuous batching with `max_batch` 2, 4 and 16, and compare p90 TTFT and TPOT.
 #
 # The solutions are in the hidden cells below: click to open them.
 
@@ -427,15 +432,22 @@ print(f"fitted: {fitted.step_s * 1e3:.1f} ms a step, {fitted.prefill_token_s * 1
       f"objectives: TTFT {objectives['ttft_slo_s']:.2f} s, TPOT {objectives['tpot_slo_s'] * 1e3:.0f} ms")
 print(pd.DataFrame(again).T[["ttft_p90_s", "tpot_p50_s", "output_tokens_per_s", "met_slo"]].round(3))
 print("Continuous batching still has the lower p90 TTFT:", again["continuous"]["ttft_p90_s"]
-      < again["static"]["ttft_p90_s"])
+      < again["static"]["ttft_p90_s"], "| At capacity the schedule changes throughput too (static batching leaves "
+      "the slots of short answers empty):", again["continuous"]["output_tokens_per_s"]
+      > again["static"]["output_tokens_per_s"])
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
-heavy = poisson_arrivals(8.0, 40, prompt_tokens=200, output_tokens=(4, 40), seed=seed)
-by_cap = pd.DataFrame({cap: summarize(continuous(heavy, cost, max_batch=cap), **slo) for cap in (2, 4, 16)}).T
-print(by_cap[["ttft_p90_s", "tpot_p50_s", "output_tokens_per_s", "met_slo"]].round(3))
-ttft_falls = by_cap.ttft_p90_s.is_monotonic_decreasing
-tpot_grows, more = by_cap.tpot_p50_s.is_monotonic_increasing, by_cap.output_tokens_per_s.is_monotonic_increasing
-print(f"A larger cap lowers p90 TTFT: {ttft_falls}; raises throughput: {more}; "
-      f"raises each request's TPOT: {tpot_grows}. The cap moves the knee: more requests are served at once "
-      "before they queue, and every token of each of them comes a little later.")
+sweep = []
+for rate in (2.0, 4.0, 8.0):
+    heavy = poisson_arrivals(rate, 40, prompt_tokens=200, output_tokens=(4, 40), seed=seed)
+    for cap in (2, 4, 16):
+        sweep.append({"rate": rate, "cap": cap, **summarize(continuous(heavy, cost, max_batch=cap), **slo)})
+by_cap = pd.DataFrame(sweep)
+print(by_cap.pivot(index="rate", columns="cap", values="ttft_p90_s").round(2).to_string(), "\n")
+print(by_cap.pivot(index="rate", columns="cap", values="tpot_p50_s").round(3).to_string(), "\n")
+top = by_cap[by_cap.rate == 8.0].set_index("cap")
+print("At 8 requests/s a larger cap lowers p90 TTFT:", top.ttft_p90_s.is_monotonic_decreasing,
+      "| raises each request's TPOT:", top.tpot_p50_s.is_monotonic_increasing)
+print("A small cap makes requests queue (TTFT climbs) at a rate a larger cap still serves: the cap moves the knee to "
+      "higher load, and pays for it with slower tokens for every request in the larger batch.")

@@ -146,8 +146,8 @@ table.pivot(index="alpha", columns="c", values=["best k", "speedup at best k"]).
 #
 # The theory charges one target step for checking k + 1 tokens. That holds when a forward pass is
 # bound by memory bandwidth ([chapter 01](01_serving_basics.ipynb)): decoding one token at batch
-# size 1 reads every weight once and does two operations per weight, and a processor moves far fewer bytes per second than
-# it does operations. A pass over n tokens reads the same weights once and does n times the
+# size 1 reads every weight once and does two operations per weight, and a processor moves far
+# fewer bytes per second than it does operations. A pass over n tokens reads the same weights once and does n times the
 # arithmetic, so its time stays flat until the arithmetic catches up with the reading.
 #
 # :::{dropdown} How we know: what NumPy measures

@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+import pandas as pd
 from matplotlib import pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
+from servelab.book.i18n import N_
 from servelab.book.plots import axes, label
 from servelab.integers import int_at_least
 from servelab.sim.batching import Served
@@ -80,6 +82,27 @@ def draw_batching(runs: Mapping[str, Sequence[Served]], axs: Sequence[plt.Axes] 
         ax.set_yticks(range(len(order)), order, fontsize=7)
         ax.grid(axis="y", visible=False)
     axs[-1].set_xlabel(label("time (s)"))
-    axs[-1].legend(handles=[Patch(color=COLORS[k], label=label(k)) for k in ("waiting", "prefill", "decode")],
+    kinds = (N_("waiting"), N_("prefill"), N_("decode"))
+    axs[-1].legend(handles=[Patch(color=COLORS[k], label=label(k)) for k in kinds],
                    loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=3, fontsize=8)
     return list(axs)
+
+
+def engine_panels(table: pd.DataFrame, x: str, panels: Sequence[tuple[str, str, str]], xlabel: str
+                  ) -> list[plt.Axes]:
+    """Panels side by side, one line per engine of `table` in each: `panels` holds (column, title, y label);
+    every y axis starts at 0."""
+    if not panels:
+        raise ValueError("engine_panels needs at least one (column, title, y label)")
+    missing = [c for c in [x, "engine", *(p[0] for p in panels)] if c not in table]
+    if missing:
+        raise ValueError(f"the table has no column {', '.join(missing)}; it has {', '.join(table.columns)}")
+    _, axs = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    axs = list(axs[0])
+    for ax, (column, title, ylabel) in zip(axs, panels, strict=True):
+        for engine, rows in table.groupby("engine", sort=False):
+            ax.plot(rows[x], rows[column], marker="o", label=engine)
+        axes(title, xlabel, ylabel, ax=ax)
+        ax.set_ylim(bottom=0)
+        ax.legend()
+    return axs

@@ -1,0 +1,48 @@
+"""What chapter 00 shows once before its helpers hide it: the command that started a server, and one chat request
+sent as plain HTTP, JSON in and JSON out, as a learner would send it to their own server."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Protocol
+
+import httpx
+
+from servelab.machine.paths import cache_home
+
+
+class Started(Protocol):
+    url: str
+    served_model: str
+    spec: Any  # servelab.engines.launch.LaunchSpec: argv and env
+
+
+def command_line(server: Started) -> str:
+    """The shell command that started `server`: the engine's own CLI (`vllm serve ...`, `sglang serve ...`), the
+    venv's path left out, servelab's home as $SERVELAB_HOME and the free port it picked as PORT."""
+    argv = list(server.spec.argv)
+    program = argv[0].rsplit("/", 1)[-1]
+    home = str(cache_home())
+    words = [a.replace(home, "$SERVELAB_HOME") for a in argv[1:]]
+    if "--port" in words:
+        words[words.index("--port") + 1] = "PORT"
+    return " ".join([program, *(w if w.startswith("$SERVELAB_HOME") else shlex.quote(w) for w in words)])
+
+
+def chat_request(server: Started, question: str, max_tokens: int = 16) -> dict[str, Any]:
+    """The JSON body of an OpenAI-compatible chat completion: greedy, at most `max_tokens` tokens."""
+    if not question.strip():
+        raise ValueError("the question is empty; give the words to send")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a whole number >= 1, got {max_tokens!r}")
+    return {"model": server.served_model, "messages": [{"role": "user", "content": question}],
+            "max_tokens": max_tokens, "temperature": 0}
+
+
+def send(server: Started, body: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+    """POST `body` to the server's /v1/chat/completions and return the JSON answer (an HTTP error raises,
+    naming the status and the start of the engine's reply)."""
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=timeout)
+    if reply.status_code != 200:
+        raise RuntimeError(f"{server.url}/v1/chat/completions answered {reply.status_code}: {reply.text[:200]}")
+    return reply.json()
