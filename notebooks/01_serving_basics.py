@@ -294,7 +294,8 @@ print((top.server_gain_vs_batch_1 > 2).all(), bool((scaling.decode_tok_s <= 1.1 
 # the largest batch, so both engines get the same load.
 
 # %%
-capacity = float(summary_one[summary_one.run == f"batch {max(batches)}"].request_throughput.min())
+reached = summary_one[summary_one.run == f"batch {max(batches)}"].set_index("engine").request_throughput
+capacity = float(reached.min())
 rates = sb.rates_from_capacity(capacity, load_fractions)
 phase_two = sb.rate_runs(rates, prompts=load_requests, input_tokens=batch_prompt_tokens, seed=seed)
 load_runs, running = [], {}
@@ -319,7 +320,6 @@ left, right = diagrams_serving.engine_panels(
     N_("offered (requests/s)"))
 offered = sorted(set(curve.offered_req_s))
 left.plot(offered, offered, "k:", label=plots.label("as offered"))
-reached = summary_one[summary_one.run == f"batch {max(batches)}"].set_index("engine").request_throughput
 for i, value in enumerate(reached):
     left.axhline(value, color=f"C{i}", linestyle="--", linewidth=1)
 left.set_ylim(0, 1.15 * max(reached.max(), curve.achieved_req_s.max()))  # every engine's line and capacity shown

@@ -14,6 +14,7 @@ import pytest
 
 from servelab.machine import engine_envs
 from servelab.measure import head_to_head as h
+from servelab.measure import kv_capacity
 from servelab.measure import serving_basics as sb
 from servelab.measure.speculative import Roofline
 
@@ -204,7 +205,7 @@ def test_running_batch_knobs_read_vllms_launch_flags_and_sglangs_server_info(mon
     assert sb.running_batch_knobs(vllm) == {"max_num_seqs": 8, "max_num_batched_tokens": None}
     info = {"max_running_requests": 32, "max_prefill_tokens": 16384, "chunked_prefill_size": 4096,
             "internal_states": [{"effective_max_running_requests_per_dp": 31, "max_total_num_tokens": 23296}]}
-    monkeypatch.setattr(sb.httpx, "get", lambda url, timeout: SimpleNamespace(json=lambda: info))
+    monkeypatch.setattr(kv_capacity.httpx, "get", lambda url, timeout: SimpleNamespace(json=lambda: info))
     sglang = SimpleNamespace(engine="sglang", url="http://127.0.0.1:9")
     assert sb.running_batch_knobs(sglang) == {"max_running_requests": 31, "max_prefill_tokens": 16384,
                                               "chunked_prefill_size": 4096, "max_total_num_tokens": 23296}

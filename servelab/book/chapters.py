@@ -19,6 +19,7 @@ from typing import Any
 from servelab.book import execution_key, results
 from servelab.machine import profiles
 from servelab.machine.paths import REPO, results_dir
+from servelab.measure.by_hand import comparable_argv
 
 NOTEBOOKS = REPO / "notebooks"
 
@@ -65,18 +66,6 @@ def _drawn(path: Path) -> list[str]:
     """The messages a run asked `i18n.t` for (plot labels, banner words), each once."""
     lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
     return sorted({line.replace("\\n", "\n") for line in lines})
-
-
-def comparable_argv(argv: list[str]) -> list[str]:
-    """A launch command as runs on two machines can compare it: without the binary's path, the port as PORT and
-    this machine's servelab home as $SERVELAB_HOME."""
-    from servelab.machine.paths import cache_home
-
-    home = str(cache_home())
-    out = [a.replace(home, "$SERVELAB_HOME") for a in argv[1:]]
-    if "--port" in out:
-        out[out.index("--port") + 1] = "PORT"
-    return out
 
 
 def _starts(path: Path) -> list[dict[str, Any]]:

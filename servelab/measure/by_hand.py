@@ -4,6 +4,7 @@ sent as plain HTTP, JSON in and JSON out, as a learner would send it to their ow
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import httpx
@@ -17,15 +18,21 @@ class Started(Protocol):
     spec: Any  # servelab.engines.launch.LaunchSpec: argv and env
 
 
+def comparable_argv(argv: Sequence[str]) -> list[str]:
+    """A launch command as runs on two machines can compare it: without the binary's path, the port as PORT and
+    this machine's servelab home as $SERVELAB_HOME."""
+    home = str(cache_home())
+    out = [a.replace(home, "$SERVELAB_HOME") for a in argv[1:]]
+    if "--port" in out:
+        out[out.index("--port") + 1] = "PORT"
+    return out
+
+
 def command_line(server: Started) -> str:
     """The shell command that started `server`: the engine's own CLI (`vllm serve ...`, `sglang serve ...`), the
     venv's path left out, servelab's home as $SERVELAB_HOME and the free port it picked as PORT."""
-    argv = list(server.spec.argv)
-    program = argv[0].rsplit("/", 1)[-1]
-    home = str(cache_home())
-    words = [a.replace(home, "$SERVELAB_HOME") for a in argv[1:]]
-    if "--port" in words:
-        words[words.index("--port") + 1] = "PORT"
+    program = server.spec.argv[0].rsplit("/", 1)[-1]
+    words = comparable_argv(server.spec.argv)
     return " ".join([program, *(w if w.startswith("$SERVELAB_HOME") else shlex.quote(w) for w in words)])
 
 

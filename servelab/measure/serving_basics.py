@@ -37,7 +37,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-import httpx
 import pandas as pd
 
 from servelab.engines.engine_side import script
@@ -46,6 +45,7 @@ from servelab.integers import int_at_least
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
 from servelab.measure.head_to_head import ROUND_SEEDS, Run
+from servelab.measure.kv_capacity import server_info
 from servelab.measure.speculative import Roofline
 
 SWEEP_SEEDS = {"prefill": 0, "batch": 10 * ROUND_SEEDS, "rate": 20 * ROUND_SEEDS}
@@ -242,7 +242,7 @@ def running_batch_knobs(server: Server) -> dict[str, int | None]:
     launched with, the last of a flag given twice, as argparse takes it (None where none was passed: the
     engine's default holds)."""
     if server.engine == "sglang":
-        info = httpx.get(f"{server.url}/server_info", timeout=30).json()
+        info = server_info(server)
         states = info.get("internal_states") or [{}]
         return {"max_running_requests": states[0].get("effective_max_running_requests_per_dp",
                                                       info.get("max_running_requests")),
