@@ -23,10 +23,9 @@
 # fixed-size blocks, give a sequence a new block only when its last one is full, and keep a block
 # table per sequence that maps its logical blocks to wherever the physical blocks happen to be.
 #
-# The chapter builds that allocator from scratch, simulates it against contiguous reservation on
-# a realistic workload, and then measures the real engines: the KV capacity vLLM builds from a
-# budget, what vLLM and SGLang (which pages its KV cache too, one token per page) do when that
-# budget runs out, and how parallel sampling shares blocks.
+# The chapter builds that allocator, simulates it against contiguous reservation, and then
+# measures both engines: what they do when a KV budget runs out, and how parallel sampling shares
+# blocks.
 
 # %% tags=["parameters"]
 profile = "auto"
@@ -52,7 +51,7 @@ from IPython.display import Markdown, display
 from matplotlib import pyplot as plt
 
 from servelab.book import banner, plots, results
-from servelab.book.diagrams import draw_block_tables, plot_pressure, plot_request_lanes
+from servelab.book.diagrams import draw_block_tables, draw_contiguous_vs_blocks, plot_pressure, plot_request_lanes
 from servelab.book.quoted_figures import PAPER_FIGURES, fig2_breakdown, quote_markdown
 from servelab.sim import paging
 from servelab.sim.paging import BlockAllocator, parallel_sampling_blocks
@@ -67,6 +66,23 @@ prof = banner.start(profile)
 # be shared by several sequences, so each block carries a reference count, and a sequence that
 # wants to write into a shared, partly filled block first gets its own copy (copy-on-write).
 #
+# First, one sequence stored both ways: 10 tokens, on a server whose answers may reach 32, in a pool
+# of eight blocks of 4 slots. Reserved contiguously it takes all 32 slots, mostly never written.
+# In blocks it takes three, wherever the free list had them (the block table maps its block 0 to
+# physical block 2), and another sequence and four free blocks fit beside it.
+
+# %%
+alloc = BlockAllocator(num_blocks=8, block_size=4)
+alloc.allocate("X", 8)
+alloc.allocate("A", 4)
+alloc.allocate("Y", 4)
+alloc.free("X")           # X finished: its blocks went back to the free list
+alloc.append_tokens("A", 6)  # A grows to 10 tokens, one new block whenever its last one is full
+print("A's block table (logical -> physical):", alloc.block_table("A"))
+draw_contiguous_vs_blocks(alloc, "A", max_len=32)
+plt.show()
+
+# %% [markdown]
 # A tiny pool shows every move: a prompt of 10 tokens in blocks of 4, a second sample forked
 # from it, and one new token for each. The pictures are drawn from the allocator's state.
 
@@ -82,8 +98,7 @@ draw_block_tables(alloc, "After one token each: A got a copy", ax=after)
 plt.show()
 
 # %% [markdown]
-# When a sequence finishes, its blocks go back to the free list; the cell below prints that list,
-# the block that will be handed out next first.
+# A finished sequence's blocks go back to the free list, printed below, next block first.
 #
 # :::{dropdown} How we know: the order in which vLLM reuses freed blocks
 # When a sequence finishes, its blocks go back to the free list. vLLM puts blocks that hold no
@@ -217,8 +232,8 @@ pd.DataFrame({
 }, index=[f"{a} ({b})" for a, b in zip(ours, theirs, strict=True)])
 
 # %% [markdown]
-# The paper's systems and the simulator are not the same experiment; what the simulation shows
-# is how much of the difference between the three approaches memory accounting alone explains.
+# The simulation shows how much of the difference memory accounting alone explains; the paper's
+# systems are not the same experiment.
 #
 # :::{dropdown} How we know: why the columns differ from the paper's
 # The two are not the same experiment, so read the columns side by side rather than expecting
@@ -398,7 +413,10 @@ plt.show()
 # All requests were sent within milliseconds (`sent_s` in the saved table), yet in the first
 # seconds the engine's gauges may show a single request running and nobody waiting: the others
 # had not reached the scheduler. They were still in vLLM's API server process (HTTP handling,
-# chat template, tokenization), which on this machine shares its cores with the busy engine.
+# chat template, tokenization), which on this machine shares its cores with the busy engine. The
+# grey band marks those seconds: it ends at the first sample in which the gauges count every
+# request the client had in flight (`gauges_catch_up_s` in `servelab/measure/kv_pressure.py`).
+# SGLang updates its gauges after a step, so on SGLang the band also holds its first prefill step.
 # :::
 #
 # Each lane below is one request. A preempted one waits, then recomputes its prompt and the tokens
@@ -587,7 +605,7 @@ plt.show()
 
 # %% [markdown]
 # Compare the columns rather than the clocks. The eviction rows (an eviction is a preemption or a
-# retraction) say whether each engine ran out of KV. vLLM admits on the prompt alone, and each
+# retraction) say whether each engine ran out of KV. On vLLM each
 # request holds whole blocks, up to a block's worth of empty slots. SGLang holds exactly the
 # tokens it stores, shares the chat template's common beginning (the text every chat prompt
 # starts with), and reserves a newcomer's whole answer, so the same budget carries it further.
@@ -861,9 +879,8 @@ print((sharing_other["measured blocks"] == sharing_other["predicted blocks"]).al
 # Reserving KV memory a block at a time turns most of the wasted reservation of contiguous
 # allocation into room for more running requests, which is where the throughput gains of paging
 # come from. The price appears when the budget is overcommitted: the engine preempts (vLLM) or
-# retracts (SGLang) and recomputes, and the requests sent back pay for it in latency. Sharing
-# full blocks between sequences makes parallel sampling cheap when prompts are long, and the
-# same mechanism, the prefix cache, is what the next chapter measures across requests.
+# retracts (SGLang) and recomputes, and the requests sent back pay for it in latency. Shared
+# blocks make parallel sampling cheap; across requests they are the next chapter's prefix cache.
 
 # %% [markdown]
 # ## What to remember

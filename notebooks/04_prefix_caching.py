@@ -81,45 +81,6 @@ from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 prof = banner.start(profile)
 
 # %% [markdown]
-# The chapter starts three servers, vLLM, SGLang and a second SGLang with a cache-aware scheduling
-# policy, all with the same small *KV budget*: how many tokens of KV their cache can hold.
-#
-# :::{dropdown} How we know: how the servers are started
-# Starting an engine takes tens of seconds on a CPU, so the chapter starts as few servers as it
-# can: one vLLM, one SGLang, and one more SGLang with the cache-aware scheduling policy `lpm`,
-# because the policy is a flag fixed at start. All three get the same small KV budget. The two
-# SGLang servers also get prefill-step budgets at least as large as that KV budget
-# (`chunked_prefill_size` and `max_prefill_tokens`, set by `one_step_prefill` in `servelab/measure/prefix_burst.py`), so
-# that one prefill step can take every set of requests that fits the cache at once; SGLang's
-# default `chunked_prefill_size` grows with the device's memory (`handle_gpu_memory_settings` in
-# `srt/arg_groups/memory_hook.py`), and the section on scheduling needs the same step on every
-# machine. Both engines report the cached prompt tokens of every request: servelab always starts
-# vLLM with `--enable-prompt-tokens-details`, and `cache_options` adds SGLang's
-# `--enable-cache-report`. It also turns on vLLM's development endpoints (`VLLM_SERVER_DEV_MODE`),
-# which let us empty its prefix cache between experiments and pause its scheduler; SGLang serves
-# both without a flag. Where every server's memory is bounded (the cpu profile) the three start
-# now, side by side in the background, while we build the two caches; on a GPU, where each server
-# claims most of the memory, each starts when it is needed and the others stop
-# (`servelab/measure/lineup.py`). A script that runs SGLang's scheduling code without a server, in
-# the section on scheduling, starts now too: importing SGLang takes seconds, and it waits for its
-# input once it has.
-# :::
-
-# %%
-from servelab.measure.chapter_servers import c04
-from servelab.measure.lineup import Lineup, side_by_side
-from servelab.measure.sglang_policies import start_policy_orders
-
-# every server this chapter starts (`python -m servelab plan` lists them): the budget is the parameter, else one
-# full-length sequence and an eighth (vLLM needs one full-length sequence plus its null block); vLLM's server
-# has an endpoint that empties its cache, SGLang's report cached tokens and prefill a burst in one step
-servers = c04.servers(prof, kv_tokens=kv_tokens)
-kv_tokens = servers["vllm"].options["kv_cache_tokens"]
-lineup = Lineup({name: launch.server(prof) for name, launch in servers.items()},
-                together=side_by_side(prof), background=True)
-policy_script = start_policy_orders(prof)
-
-# %% [markdown]
 # ## Two prefix caches from scratch
 #
 # ### The radix tree
@@ -167,7 +128,7 @@ for tokens in toy:
     tree.dec_lock_ref(match.node)           # finished
     radix_hits.append(match.length)
     states.append(tree_frame(tree))
-fig, panels = plt.subplots(2, 2, figsize=(14, 8))
+fig, panels = plt.subplots(2, 2, figsize=(11, 11))
 for i, (state, ax) in enumerate(zip(states, panels.flat, strict=True)):
     draw_radix_tree(state, title=f"{plots.label('after request')} {i + 1}", text=as_text, ax=ax, legend=i == 1)
 plt.tight_layout()
@@ -176,7 +137,7 @@ plt.show()
 # %% [markdown]
 # Request 2 matches seven tokens: the first edge splits after "of". Request 3 extends request 1 with
 # a leaf below "France ?". Request 4 shares only "SYS be brief . USER": the top edge splits again.
-# Each box shows a node's first tokens, length, lock count and logical time last touched.
+# Each box shows a node's tokens, length, lock count and logical time last touched.
 #
 # When memory runs short the tree evicts *leaves*, least recently used first; a parent left a leaf
 # can go next. A running request locks its path (lock count above zero), and a locked node is never
@@ -185,7 +146,7 @@ plt.show()
 # %%
 running = tree.match_prefix(toy[2] + [vocab["?"]]).node
 tree.inc_lock_ref(running)
-fig, (before, after) = plt.subplots(1, 2, figsize=(14, 4))
+fig, (before, after) = plt.subplots(1, 2, figsize=(11, 5))
 draw_radix_tree(tree, title="a request holds the France branch", text=as_text, ax=before, legend=False)
 freed = tree.evict(3)
 draw_radix_tree(tree, title=f"{plots.label('after evicting 3 tokens')} ({freed} {plots.label('freed')})",
@@ -197,7 +158,47 @@ plt.show()
 # %% [markdown]
 # The least recently used unlocked leaf, "Spain ?", held two tokens; eviction frees whole leaves, so
 # it takes the next oldest too, freeing more than asked. The locked branch stayed.
+
+# %% [markdown]
+# The chapter starts three servers, vLLM, SGLang and a second SGLang with a cache-aware scheduling
+# policy, all with the same small *KV budget*: how many tokens of KV their cache can hold.
 #
+# :::{dropdown} How we know: how the servers are started
+# Starting an engine takes tens of seconds on a CPU, so the chapter starts as few servers as it
+# can: one vLLM, one SGLang, and one more SGLang with the cache-aware scheduling policy `lpm`,
+# because the policy is a flag fixed at start. All three get the same small KV budget. The two
+# SGLang servers also get prefill-step budgets at least as large as that KV budget
+# (`chunked_prefill_size` and `max_prefill_tokens`, set by `one_step_prefill` in `servelab/measure/prefix_burst.py`), so
+# that one prefill step can take every set of requests that fits the cache at once; SGLang's
+# default `chunked_prefill_size` grows with the device's memory (`handle_gpu_memory_settings` in
+# `srt/arg_groups/memory_hook.py`), and the section on scheduling needs the same step on every
+# machine. Both engines report the cached prompt tokens of every request: servelab always starts
+# vLLM with `--enable-prompt-tokens-details`, and `cache_options` adds SGLang's
+# `--enable-cache-report`. It also turns on vLLM's development endpoints (`VLLM_SERVER_DEV_MODE`),
+# which let us empty its prefix cache between experiments and pause its scheduler; SGLang serves
+# both without a flag. Where every server's memory is bounded (the cpu profile) the three start
+# now, side by side in the background, while we build the block cache; on a GPU, where each server
+# claims most of the memory, each starts when it is needed and the others stop
+# (`servelab/measure/lineup.py`). A script that runs SGLang's scheduling code without a server, in
+# the section on scheduling, starts now too: importing SGLang takes seconds, and it waits for its
+# input once it has.
+# :::
+
+# %%
+from servelab.measure.chapter_servers import c04
+from servelab.measure.lineup import Lineup, side_by_side
+from servelab.measure.sglang_policies import start_policy_orders
+
+# every server this chapter starts (`python -m servelab plan` lists them): the budget is the parameter, else one
+# full-length sequence and an eighth (vLLM needs one full-length sequence plus its null block); vLLM's server
+# has an endpoint that empties its cache, SGLang's report cached tokens and prefill a burst in one step
+servers = c04.servers(prof, kv_tokens=kv_tokens)
+kv_tokens = servers["vllm"].options["kv_cache_tokens"]
+lineup = Lineup({name: launch.server(prof) for name, launch in servers.items()},
+                together=side_by_side(prof), background=True)
+policy_script = start_policy_orders(prof)
+
+# %% [markdown]
 # ### The hashed block cache
 #
 # vLLM stores KV in fixed-size blocks (the previous chapter) and caches a block once it is full. A
@@ -685,11 +686,15 @@ width = 0.4
 for k, (engine, rows) in enumerate(cycles.groupby("engine", sort=False)):
     x = np.arange(len(rows)) + (k - 0.5) * width
     ax.bar(x, rows.ttft_s, width, label=f"{engine}: {plots.label('time to first token')}")
-    for xi, (hit, total) in zip(x, zip(rows.cached_tokens, rows.prompt_tokens, strict=True), strict=True):
-        ax.text(xi, 0.02, f"{hit}/{total}", rotation=90, ha="center", va="bottom", fontsize=7, color="white")
-ax.set_xticks(np.arange(len(tokens["cycle"])), ids["cycle"], rotation=30, fontsize=8)
-plots.axes("Two rounds over documents that overflow the cache", "request (round-document); in the bars: "
-           "cached / prompt tokens", "time to first token (s)", ax=ax)
+    for xi, height, hit, total in zip(x, rows.ttft_s, rows.cached_tokens, rows.prompt_tokens, strict=True):
+        ax.annotate(f"{hit / total:.0%}", (xi, height), xytext=(0, 2), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=8)
+rounds_docs = [request.split("-")[1:] for request in ids["cycle"]]
+ax.set_xticks(np.arange(len(tokens["cycle"])),
+              [f"{plots.label('round')} {int(r) + 1}\n{plots.label('doc')} {int(d) + 1}" for r, d in rounds_docs])
+ax.margins(y=0.12)
+plots.axes("Two rounds over documents that overflow the cache", "request; above the bars: share of the prompt "
+           "found cached", "time to first token (s)", ax=ax)
 ax.legend(fontsize=8)
 plt.show()
 

@@ -113,14 +113,23 @@ def step_table(config):
     return steps.assign(cell=cell).pivot(index="request", columns="step", values="cell").fillna("")
 
 
-for name, config in {"vLLM, budget 6": SchedulerConfig("vllm", budget=6),
-                     "SGLang, chunk 6": SchedulerConfig("sglang", budget=6),
-                     "SGLang, chunk 6, mixed chunk": SchedulerConfig("sglang", budget=6, mixed_chunk=True),
-                     "SGLang, chunk 6, prefill-decode interval 1": SchedulerConfig("sglang", budget=6,
-                                                                                   prefill_decode_interval=1),
-                     }.items():
+tiny_configs = {N_("vLLM, budget 6"): SchedulerConfig("vllm", budget=6),
+                N_("SGLang, chunk 6"): SchedulerConfig("sglang", budget=6),
+                N_("SGLang, chunk 6, mixed chunk"): SchedulerConfig("sglang", budget=6, mixed_chunk=True),
+                N_("SGLang, chunk 6, prefill-decode interval 1"): SchedulerConfig("sglang", budget=6,
+                                                                                  prefill_decode_interval=1)}
+for name, config in tiny_configs.items():
     print(name)
     print(step_table(config).to_string(), "\n")
+
+# %% [markdown]
+# The same four runs drawn as timelines: one row per request, one box per step it takes part in
+# (orange: a chunk of its prompt, with its tokens; blue: one decoded token).
+
+# %%
+timeline_comparison({name: simulate(tiny, config, unit).steps for name, config in tiny_configs.items()},
+                    highlight=LONG, xlabel=N_("time (in steps: each costs one unit here)"))
+plt.show()
 
 # %% [markdown]
 # In vLLM the two streams take one token each of every step's budget and the prompt gets the rest,
@@ -401,10 +410,10 @@ plt.show()
 #
 # For each engine the simulator runs the same scenario at every budget of the profile (the lines,
 # each point labelled with its budget), with the cost model fitted on that engine; the measured
-# servers are the filled markers, each in its setting's colour, joined by a dotted line to the open
-# marker the simulator predicts for the same server. One axis is what
-# the long prompt pays (its TTFT), the other what the streams pay (their 90th-percentile gap, and
-# their longest stall) during its prefill.
+# servers are the filled markers, each joined by a dotted line to the open marker the simulator
+# predicts for it. One axis is what the long prompt pays (its TTFT), the other what the streams pay
+# (their 90th-percentile gap during its prefill; their longest stalls are in the measured table above).
+# Each measured server is labelled with its budget.
 
 # %%
 curves = pd.concat([
@@ -419,32 +428,32 @@ results.save("chunked_prefill_sim_curves", curves, prof, scenario=vars(scenario)
 results.save("chunked_prefill_prediction", comparison, prof, scenario=vars(scenario))
 
 by_config = predicted.set_index("config")
-fig, grid = plt.subplots(2, 2, figsize=(11, 7))
 colors = {"vllm": "tab:blue", "sglang": "tab:red", "sglang mixed": "tab:green"}
-for row_axes, engine in zip(grid, ("vllm", "sglang"), strict=True):
-    for ax, metric, title, ylabel in zip(
-            row_axes, ("itl_p90_s", "longest_stall_s"), (N_("streams' p90 gap"), N_("streams' longest stall")),
-            (N_("streams' p90 gap during the prefill (s)"), N_("streams' longest stall during the prefill (s)")),
-            strict=True):
-        plots.axes(title, "long prompt TTFT (s)", ylabel, ax=ax)
-        ax.set_title(f"{engine}: {ax.get_title()}")
-        for setting, curve in curves[curves.setting.str.startswith(engine)].groupby("setting"):
-            ax.plot(curve.long_ttft_s, curve[metric], "-", color=colors[setting], alpha=0.5,
-                    label=f"{plots.label('simulated')}: {setting}")
-            for point in curve.itertuples():
-                ax.annotate(str(point.budget), (point.long_ttft_s, getattr(point, metric)), fontsize=7,
-                            color=colors[setting], xytext=(3, 3), textcoords="offset points")
-        for cfg, marker in zip([c for c in configs if c.engine == engine], "osD^", strict=False):
-            color = colors[cfg.engine + (" mixed" if cfg.mixed_chunk else "")]
-            got, want = measured.loc[cfg.label], by_config.loc[cfg.label]
-            ax.plot([want.long_ttft_s, got.long_ttft_s], [want[metric], got[metric]], ":", color=color)
-            ax.plot(got.long_ttft_s, got[metric], marker, color=color, label=f"{plots.label('measured')}: {cfg.label}")
-            ax.plot(want.long_ttft_s, want[metric], marker, color=color, markerfacecolor="none",
-                    label=f"{plots.label('predicted')}: {cfg.label}")
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
-    row_axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
-fig.tight_layout()
+names = {"vllm": N_("vLLM"), "sglang": N_("SGLang"), "sglang mixed": N_("SGLang, mixed chunk")}
+ax = plots.axes("Who pays: the long prompt or the streams", "long prompt TTFT (s)",
+                "streams' p90 gap during the prefill (s)")
+for setting, curve in curves.groupby("setting", sort=False):
+    ax.plot(curve.long_ttft_s, curve.itl_p90_s, "-", color=colors[setting], alpha=0.5,
+            label=f"{plots.label('simulated')}: {plots.label(names[setting])}")
+    for point in curve.itertuples():
+        ax.annotate(str(point.budget), (point.long_ttft_s, point.itl_p90_s), fontsize=8, color=colors[setting],
+                    xytext=(3, 3), textcoords="offset points")
+for cfg in configs:
+    color = colors[cfg.engine + (" mixed" if cfg.mixed_chunk else "")]
+    got, want = measured.loc[cfg.label], by_config.loc[cfg.label]
+    ax.plot([want.long_ttft_s, got.long_ttft_s], [want.itl_p90_s, got.itl_p90_s], ":", color=color)
+    ax.plot(got.long_ttft_s, got.itl_p90_s, "o", color=color)
+    threshold = f", {plots.label('threshold')} {cfg.long_prefill_token_threshold}" \
+        if cfg.long_prefill_token_threshold else ""
+    ax.annotate(f"{cfg.budget}{threshold}", (got.long_ttft_s, got.itl_p90_s), fontsize=8, color=color,
+                fontweight="bold", xytext=(4, -11), textcoords="offset points")
+    ax.plot(want.long_ttft_s, want.itl_p90_s, "o", color=color, markerfacecolor="white")
+ax.plot([], [], "o", color="0.3", label=plots.label("measured (a server)"))
+ax.plot([], [], "o", color="0.3", markerfacecolor="white", label=plots.label("predicted for that server"))
+ax.set_yscale("log")  # vLLM's gaps and SGLang's without mixed chunk differ tenfold: both stay in view
+ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+ax.set_xlim(left=0)
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 plt.show()
 
 # %%

@@ -64,8 +64,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib import pyplot as plt
 
-from servelab.book import banner, plots, results
+from servelab.book import banner, results
 from servelab.book.claims import load as load_ledger
+from servelab.book.diagrams_head_to_head import draw_sweep
+from servelab.book.i18n import N_
 from servelab.book.selection_guide import guide
 from servelab.engines import flags
 from servelab.measure import head_to_head as h2h
@@ -231,25 +233,12 @@ print(*(bool((by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "outp
 #
 
 # %%
-colors = {"vllm": "tab:blue", "sglang": "tab:orange"}
 middle = h2h.medians(table).merge(h2h.maxima(requests_sent), on=["engine", "run"], how="left")
+cpu_caveat = N_("cpu profile: a small model on shared CPU cores; this ranks two set-ups, not the engines") \
+    if prof.is_cpu else None
 sweep = middle[middle.workload.eq("random") & middle.concurrency.notna()]
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), constrained_layout=True)
-for engine, rows in sweep.groupby("engine", sort=False):
-    rows = rows.sort_values("concurrency")
-    for ax, metric in zip(axes[:2], ("ttft", "itl"), strict=True):
-        ax.plot(rows.concurrency, rows[f"p50_{metric}_ms"], "-o", color=colors[engine], label=engine)
-        ax.fill_between(rows.concurrency, rows[f"p50_{metric}_ms"], rows[f"p90_{metric}_ms"], color=colors[engine],
-                        alpha=0.2)
-        ax.plot(rows.concurrency, rows[f"max_{metric}_ms"], "x", color=colors[engine])
-    axes[2].plot(rows.concurrency, rows.output_throughput, "-o", color=colors[engine], label=engine)
-plots.axes("Time to first token", "requests in flight (limit)", "ms (p50 line, p90 band, largest x)", ax=axes[0])
-plots.axes("Inter-token latency", "requests in flight (limit)", "ms (p50 line, p90 band, largest x)", ax=axes[1])
-plots.axes("Output throughput", "requests in flight (limit)", "tokens/s", ax=axes[2])
-for ax in axes:
-    ax.set_ylim(bottom=0)
-    ax.set_xticks(concurrencies)
-axes[2].legend()
+draw_sweep(sweep, "concurrency", ("output_throughput", N_("Output throughput"), N_("tokens/s")),
+           N_("requests in flight (limit)"), caveat=cpu_caveat)
 plt.show()
 
 # %% [markdown]
@@ -262,22 +251,8 @@ plt.show()
 
 # %%
 by_rate = middle[middle.workload.eq("random") & middle.concurrency.isna()]
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), constrained_layout=True)
-for engine, rows in by_rate.groupby("engine", sort=False):
-    rows = rows.sort_values("rate")
-    for ax, metric in zip(axes[:2], ("ttft", "itl"), strict=True):
-        ax.plot(rows.rate, rows[f"p50_{metric}_ms"], "-o", color=colors[engine], label=engine)
-        ax.fill_between(rows.rate, rows[f"p50_{metric}_ms"], rows[f"p90_{metric}_ms"], color=colors[engine], alpha=0.2)
-        ax.plot(rows.rate, rows[f"max_{metric}_ms"], "x", color=colors[engine])
-    axes[2].plot(rows.rate, rows.request_throughput, "-o", color=colors[engine], label=engine)
-axes[2].plot(rates, rates, ":", color="grey", label=plots.label("sent"))
-plots.axes("Time to first token", "request rate (req/s)", "ms (p50 line, p90 band, largest x)", ax=axes[0])
-plots.axes("Inter-token latency", "request rate (req/s)", "ms (p50 line, p90 band, largest x)", ax=axes[1])
-plots.axes("Completed requests", "request rate (req/s)", "requests/s", ax=axes[2])
-for ax in axes:
-    ax.set_ylim(bottom=0)
-    ax.set_xticks(rates)
-axes[2].legend()
+draw_sweep(by_rate, "rate", ("request_throughput", N_("Completed requests"), N_("requests/s")),
+           N_("request rate (req/s)"), sent=rates, caveat=cpu_caveat)
 plt.show()
 
 # %% [markdown]

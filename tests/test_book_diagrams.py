@@ -91,3 +91,43 @@ def test_pressure_plot_marks_each_pause_on_both_panels() -> None:
     for ax in (top, bottom):
         assert [tuple(line.get_xdata()) for line in ax.lines].count((2.0, 2.0)) == 1  # one axvline at the pause
     plt.close(fig)
+
+
+def test_pressure_plot_shades_the_seconds_before_the_gauges_show_every_request() -> None:
+    from servelab.book.diagrams import plot_pressure
+
+    run, pauses = _run()  # two sent at 0; the gauges show both from t = 0 (2 waiting) ...
+    fig = plot_pressure(run, pauses, "pressure")
+    assert all(not ax.patches for ax in fig.axes)  # ... so nothing is shaded
+    plt.close(fig)
+    run.timeline.loc[0, "waiting"] = 1  # now only from t = 1
+    fig = plot_pressure(run, pauses, "pressure")
+    for ax in fig.axes:
+        (band,) = ax.patches
+        assert band.get_x() == 0.0 and band.get_width() == 1.0
+    assert "not every request in the gauges yet" in [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    plt.close(fig)
+
+
+def test_one_sequence_drawn_contiguous_and_in_its_blocks() -> None:
+    import pytest
+
+    from servelab.book.diagrams import draw_contiguous_vs_blocks
+
+    a = BlockAllocator(num_blocks=8, block_size=4)
+    a.allocate("X", 8)
+    a.allocate("A", 4)
+    a.free("X")
+    a.append_tokens("A", 6)  # 10 tokens in three blocks, not in order
+    ax = draw_contiguous_vs_blocks(a, "A", max_len=32)
+    slots = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == 1]
+    written = [p for p in slots if matplotlib.colors.to_hex(p.get_facecolor()[:3]) == PRIVATE]
+    assert len(slots) == 32 + 8 * 4 and len(written) == 2 * 10  # every slot of both rows; A's tokens in each
+    texts = _texts(ax)
+    assert [f"A · {i}" for i in range(3)] == sorted(t for t in texts if t.startswith("A · "))
+    assert any("32" in t and "10" in t for t in texts) and any("2 " in t and "3 " in t for t in texts)
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="shorter than 'A'"):
+        draw_contiguous_vs_blocks(a, "A", max_len=8)
+    with pytest.raises(ValueError, match="'B' is not a sequence"):
+        draw_contiguous_vs_blocks(a, "B", max_len=32)

@@ -70,3 +70,14 @@ def test_a_table_without_the_columns_or_a_root_is_refused():
         draw_radix_tree(tree_frame(RadixTree()).drop(columns="lock_ref"))
     with pytest.raises(ValueError, match="exactly one root"):
         draw_radix_tree(tree_frame(RadixTree()).assign(parent=0))
+
+
+def test_a_long_edge_is_wrapped_and_cut_after_its_first_tokens() -> None:
+    tree = RadixTree()
+    tree.insert(list(range(30)))
+    ax = draw_radix_tree(tree, text=lambda ids: " ".join(f"word{i}" for i in ids), legend=False)
+    (label,) = [t.get_text() for t in ax.texts if t.get_text().startswith("word0")]
+    lines = label.split("\n")
+    assert len(lines) == 3 + 2 and lines[-2] == "30 tokens, lock 0"  # three lines of tokens at most
+    assert all(len(line) <= 20 for line in lines[:3]) and lines[2].endswith("…")
+    plt.close("all")

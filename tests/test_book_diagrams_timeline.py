@@ -41,6 +41,10 @@ def test_comparison_stacks_runs_on_one_time_axis_and_window_keeps_overlapping_st
     assert top.get_xlim() == pytest.approx(window) and top.get_shared_x_axes().joined(top, bottom)
     inside = chunked.steps[(chunked.steps.end_s > window[0]) & (chunked.steps.start_s < window[1])]
     assert len(top.patches) == len(inside)
+    assert top.get_xlabel() == "" and bottom.get_xlabel() == "time (s)"  # one x label, under the last panel
+    plt.close("all")
+    fig = timeline_comparison({"in steps": chunked.steps}, xlabel="time (in steps)")
+    assert fig.axes[0].get_xlabel() == "time (in steps)"
     plt.close("all")
 
 

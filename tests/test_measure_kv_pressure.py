@@ -118,3 +118,21 @@ def test_waves_must_be_one_non_negative_integer_per_prompt() -> None:
     for waves in ([0], [0, -1], [0, 1.0]):
         with pytest.raises(ValueError, match="waves must be one integer >= 0 per prompt"):
             kp.run_pressure(_Engine(), ["a", "b"], [4, 4], waves=waves)
+
+
+def _run(timeline: list[tuple[float, int, int]], sent: list[float], finish: list[float]) -> kp.PressureRun:
+    tl = pd.DataFrame(timeline, columns=["t_s", "running", "waiting"])
+    req = pd.DataFrame({"req": range(len(sent)), "sent_s": sent, "finish_s": finish})
+    return kp.PressureRun("vllm", req, pd.DataFrame(columns=["req", "t_s"]), tl)
+
+
+def test_the_gauges_catch_up_when_they_show_every_request_in_flight() -> None:
+    # three sent at 0; the gauges show one, then all three; one finishes, the gauges show the other two
+    run = _run([(-0.5, 0, 0), (0.0, 0, 0), (1.0, 1, 0), (2.0, 2, 1), (3.0, 2, 0)], [0.0, 0.0, 0.0], [2.5, 4.0, 4.0])
+    assert kp.gauges_catch_up_s(run) == 2.0
+    # a second wave sent later does not move it: the first wave was shown whole already
+    late = _run([(0.0, 0, 0), (1.0, 2, 0), (2.0, 2, 0), (3.0, 2, 0)], [0.0, 0.0, 2.0], [4.0, 4.0, 5.0])
+    assert kp.gauges_catch_up_s(late) == 1.0
+    # gauges that never show them all: the whole run is marked
+    never = _run([(0.0, 0, 0), (1.0, 1, 0), (2.0, 1, 0)], [0.0, 0.0], [3.0, 3.0])
+    assert kp.gauges_catch_up_s(never) == 2.0

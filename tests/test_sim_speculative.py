@@ -35,6 +35,7 @@ from servelab.sim.speculative import (
     iid_fit,
     iid_length_probabilities,
     optimal_k,
+    sample_accepted,
     sequence_counts,
     sequence_probabilities,
     softmax,
@@ -75,11 +76,19 @@ def test_more_acceptance_or_more_drafts_never_gives_fewer_tokens(a, b, k):
 
 def test_expected_tokens_matches_a_simulated_acceptance_process():
     """Independent of the formula: draw i.i.d. accept/reject and count tokens per verification."""
-    rng = np.random.default_rng(0)
     for alpha, k in [(0.3, 2), (0.7, 4), (0.9, 8)]:
-        accepts = rng.random((200_000, k)) < alpha
-        tokens = np.where(accepts.all(axis=1), k, np.argmin(accepts, axis=1)) + 1
+        tokens = sample_accepted(alpha, k, 200_000, seed=0) + 1
         assert abs(tokens.mean() - expected_tokens(alpha, k)) < 5 * tokens.std() / math.sqrt(tokens.size)
+
+
+def test_sampled_verifications_keep_drafts_up_to_the_first_rejection():
+    assert set(sample_accepted(0.0, 4, 50, seed=1)) == {0} and set(sample_accepted(1.0, 4, 50, seed=1)) == {4}
+    counts = np.bincount(sample_accepted(0.5, 3, 100_000, seed=2), minlength=4) / 100_000
+    assert np.allclose(counts, [0.5, 0.25, 0.125, 0.125], atol=0.01)  # geometric, capped at k
+    with pytest.raises(ValueError, match="alpha"):
+        sample_accepted(1.5, 3, 10, seed=0)
+    with pytest.raises(ValueError, match="verifications"):
+        sample_accepted(0.5, 3, 0, seed=0)
 
 
 @given(alphas, costs, ks)

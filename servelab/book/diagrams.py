@@ -20,7 +20,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from servelab.book.i18n import N_
 from servelab.book.plots import axes, label
-from servelab.measure.kv_pressure import PressureRun
+from servelab.measure.kv_pressure import PressureRun, gauges_catch_up_s
 from servelab.sim.paging import BlockAllocator
 
 FREE, PRIVATE, SHARED, LOGICAL = "#f2f2f2", "#9ecae1", "#fdae6b", "#ffffff"
@@ -69,6 +69,50 @@ def draw_block_tables(alloc: BlockAllocator, title: str = "", ax: plt.Axes | Non
     return ax
 
 
+def draw_contiguous_vs_blocks(alloc: BlockAllocator, seq: str, max_len: int, ax: plt.Axes | None = None) -> plt.Axes:
+    """One sequence stored two ways: a contiguous slab of `max_len` slots (top), and `alloc`'s pool of blocks (bottom).
+
+    The slab holds the sequence's tokens and reserves the rest of `max_len`; in the pool, the sequence's blocks
+    (wherever the allocator put them), the other sequences' blocks and the free ones, slot by slot.
+    """
+    if seq not in alloc.sequences():
+        raise ValueError(f"{seq!r} is not a sequence of this allocator; it holds {alloc.sequences()}")
+    n, bs = alloc.num_tokens(seq), alloc.block_size
+    if max_len < n:
+        raise ValueError(f"max_len {max_len} is shorter than {seq!r}'s {n} tokens; give max_len >= {n}")
+    pool = alloc.num_blocks * bs
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 2.8))
+    mine, fill = alloc.block_table(seq), _fill(alloc)
+    for i in range(max_len):
+        used = i < n
+        ax.add_patch(Rectangle((i, 2.0), 1, 0.8, facecolor=PRIVATE if used else "white", edgecolor="0.4", lw=0.6,
+                               hatch=None if used else "///"))
+    ax.text(-0.5, 2.4, label("contiguous"), ha="right", va="center", fontsize=9)
+    ax.text(0, 3.0, f"{label('reserved for the longest answer')}: {max_len}, {label('written')}: {n}", fontsize=8)
+    for b in range(alloc.num_blocks):
+        filled = fill.get(b, 0)
+        colour = PRIVATE if b in mine else "0.75" if alloc.refcount(b) else FREE
+        for k in range(bs):
+            ax.add_patch(Rectangle((b * bs + k, 0.0), 1, 0.8, facecolor=colour if k < filled else FREE,
+                                   edgecolor="0.4", lw=0.6, hatch="///" if b in mine and k >= filled else None))
+        ax.add_patch(Rectangle((b * bs, 0.0), bs, 0.8, fill=False, edgecolor="black", lw=1.4))
+        if b in mine:
+            ax.text(b * bs + bs / 2, -0.35, f"{seq} · {mine.index(b)}", ha="center", va="center", fontsize=8)
+    ax.text(-0.5, 0.4, label("blocks"), ha="right", va="center", fontsize=9)
+    ax.text(0, 1.0, f"{label('blocks of')} {bs}: {len(mine)} {label('blocks')}, {len(mine) * bs - n} "
+                    f"{label('empty slots')}", fontsize=8)
+    ax.set_xlim(-0.5, max(max_len, pool) + 0.5)
+    ax.set_ylim(-0.7, 3.4)
+    ax.axis("off")
+    handles = [Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="0.4", hatch=h)
+               for c, h in ((PRIVATE, None), ("white", "///"), ("0.75", None), (FREE, None))]
+    ax.legend(handles, [label("a token of") + f" {seq}", label("reserved, not written"),
+                        label("another sequence"), label("free")],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    return ax
+
+
 def _fill(alloc: BlockAllocator) -> dict[int, int]:
     """Tokens written into each used physical block, from the block tables and sequence lengths."""
     bs, out = alloc.block_size, {}
@@ -99,9 +143,14 @@ def plot_pressure(run: PressureRun, pauses: pd.DataFrame, title: str) -> plt.Fig
     bottom.step(tl.t_s, tl.waiting, where="post", label=label("waiting in the engine"))
     bottom.step(tl.t_s, tl.evictions, where="post", linestyle="--", color="grey",
                 label=label(COUNTER_SAYS[run.engine]))
+    catch_up = gauges_catch_up_s(run)
     for ax in (top, bottom):
+        if catch_up > 0:
+            ax.axvspan(0.0, catch_up, color="0.6", alpha=0.18, lw=0)
         for t in pauses.start_s:
             ax.axvline(t, color="tab:red", alpha=0.5, lw=1)
+    if catch_up > 0:
+        bottom.fill_between([], [], color="0.6", alpha=0.18, label=label("not every request in the gauges yet"))
     bottom.plot([], [], color="tab:red", alpha=0.5, label=label(PAUSED[run.engine]))
     bottom.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

@@ -10,6 +10,7 @@ access is the one SGLang's LRU eviction takes first.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 
 import pandas as pd
@@ -21,7 +22,8 @@ from servelab.sim.prefix_cache import RadixTree
 
 COLUMNS = ("node", "parent", "depth", "tokens", "lock_ref", "last_access", "head")
 COLORS = {"root": "0.85", "locked": "tab:red", "next": "tab:orange", "evictable": "gold", "inner": "tab:blue"}
-HEAD = 4  # token ids kept per node for its label
+HEAD = 12  # token ids kept per node for its label: enough to read where an edge split
+WRAP = 20  # characters per line of a node's tokens; at most three lines, then "…"
 NODE_GID = "radix-node"  # the gid of every node box, so a test can count them
 
 
@@ -87,7 +89,8 @@ def draw_radix_tree(state: RadixTree | pd.DataFrame, *, title: str = "Radix tree
                     legend: bool = True) -> plt.Axes:
     """Draw a radix tree's state on ``ax`` (a new one if None); ``text`` turns a node's first token ids into words.
 
-    Each box reads: the node's first tokens, its length in tokens, its lock count and its last access.
+    Each box reads: the node's tokens (wrapped; the first ``HEAD`` of a longer edge, then "…"), its length in
+    tokens, its lock count and its last access.
     """
     frame = _checked(tree_frame(state) if isinstance(state, RadixTree) else state)
     pos = _layout(frame)
@@ -95,36 +98,37 @@ def draw_radix_tree(state: RadixTree | pd.DataFrame, *, title: str = "Radix tree
     leaves = frame[(~frame.node.isin(parents)) & (frame.parent != -1) & (frame.lock_ref == 0)]
     oldest = int(leaves.sort_values(["last_access", "node"]).node.iloc[0]) if len(leaves) else None
     if ax is None:
-        width = max(4.0, 1.6 * (max(x for x, _ in pos.values()) + 1))
-        _, ax = plt.subplots(figsize=(min(width, 16.0), 1.3 * (frame.depth.max() + 1) + 0.6))
+        width = max(4.0, 1.8 * (max(x for x, _ in pos.values()) + 1))
+        _, ax = plt.subplots(figsize=(min(width, 16.0), 1.5 * (frame.depth.max() + 1) + 0.6))
     for row in frame.itertuples():
         if row.parent != -1:
             (x0, y0), (x1, y1) = pos[int(row.parent)], pos[int(row.node)]
-            ax.plot([x0, x1], [y0 - 0.2, y1 + 0.2], color="0.5", linewidth=1, zorder=1)
+            ax.plot([x0, x1], [y0 - 0.33, y1 + 0.33], color="0.5", linewidth=1, zorder=1)
     for row in frame.itertuples():
         x, y = pos[int(row.node)]
         kind = _kind(row, row.node not in parents, oldest)
-        box = FancyBboxPatch((x - 0.42, y - 0.2), 0.84, 0.4, boxstyle="round,pad=0.02", facecolor=COLORS[kind],
+        box = FancyBboxPatch((x - 0.45, y - 0.33), 0.9, 0.66, boxstyle="round,pad=0.02", facecolor=COLORS[kind],
                              edgecolor="0.3", linewidth=0.8, alpha=0.9, zorder=2, gid=NODE_GID)
         ax.add_patch(box)
         if kind == "root":
             words = label("root")
         else:
             head = text(row.head) if text else " ".join(str(t) for t in row.head)
-            more = "…" if row.tokens > len(row.head) else ""
+            more = " …" if row.tokens > len(row.head) else ""
+            lines = textwrap.wrap(head + more, WRAP, max_lines=3, placeholder=" …") or [""]
             unit = label("token" if row.tokens == 1 else "tokens")
-            words = (f"{head}{more}\n{row.tokens} {unit}, {label('lock')} {row.lock_ref}\n"
-                     f"{label('last access')} {row.last_access}")
-        ax.text(x, y, words, ha="center", va="center", fontsize=6.5, zorder=3,
+            words = "\n".join([*lines, f"{row.tokens} {unit}, {label('lock')} {row.lock_ref}",
+                                f"{label('last access')} {row.last_access}"])
+        ax.text(x, y, words, ha="center", va="center", fontsize=8, zorder=3, linespacing=1.15,
                 color="white" if kind in ("locked", "inner") else "black")
     xs = [x for x, _ in pos.values()]
     ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
-    ax.set_ylim(-frame.depth.max() - 0.6, 0.6)
+    ax.set_ylim(-frame.depth.max() - 0.7, 0.7)
     ax.set_axis_off()
     ax.set_title(label(title))
     if legend:
         names = {"locked": "locked (protected)", "next": "evicted next (oldest unlocked leaf)",
                  "evictable": "unlocked leaf", "inner": "unlocked inner node"}
         ax.legend(handles=[Patch(color=COLORS[k], label=label(v)) for k, v in names.items()],
-                  loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+                  loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return ax

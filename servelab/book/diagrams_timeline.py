@@ -42,7 +42,8 @@ def _checked(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def draw_timeline(steps: pd.DataFrame, *, highlight: str | None = None, window: tuple[float, float] | None = None,
-                  title: str = "Who runs in each step", ax: plt.Axes | None = None, legend: bool = True) -> plt.Axes:
+                  title: str = "Who runs in each step", ax: plt.Axes | None = None, legend: bool = True,
+                  xlabel: str = "time (s)") -> plt.Axes:
     """Draw one run's timeline on ``ax`` (a new one if None); ``highlight`` goes on the top row.
 
     ``window`` (seconds) keeps the steps that overlap it and sets the x limits.
@@ -57,7 +58,7 @@ def draw_timeline(steps: pd.DataFrame, *, highlight: str | None = None, window: 
     if highlight is not None and highlight in set(steps["request"]):
         order.append(highlight)  # last drawn = top row
     rows = {r: i for i, r in enumerate(order)}
-    ax = axes(title, "time (s)", "request", ax=ax)
+    ax = axes(title, xlabel, "request", ax=ax)
     decode_s = steps.loc[steps.kind == "decode", "end_s"] - steps.loc[steps.kind == "decode", "start_s"]
     stall_s = STALL_FACTOR * float(decode_s.median()) if len(decode_s) else float("inf")
     for kind, color in COLORS.items():
@@ -81,14 +82,15 @@ def draw_timeline(steps: pd.DataFrame, *, highlight: str | None = None, window: 
 
 
 def timeline_comparison(runs: Mapping[str, pd.DataFrame], *, highlight: str | None = None,
-                        window: tuple[float, float] | None = None) -> plt.Figure:
+                        window: tuple[float, float] | None = None, xlabel: str = "time (s)") -> plt.Figure:
     """One timeline per run, stacked, on a shared time axis; ``runs`` maps a panel title to its steps."""
     if not runs:
         raise ValueError("runs is empty; give at least one title -> steps frame")
     fig, panels = plt.subplots(len(runs), 1, sharex=True, squeeze=False,
                                figsize=(7, 1.2 + 0.25 * sum(s["request"].nunique() for s in runs.values())))
     for ax, (title, steps) in zip(panels[:, 0], runs.items(), strict=True):
-        draw_timeline(steps, highlight=highlight, window=window, title=title, ax=ax, legend=ax is panels[0, 0])
+        draw_timeline(steps, highlight=highlight, window=window, title=title, ax=ax, legend=ax is panels[0, 0],
+                      xlabel=xlabel)
         if ax is not panels[-1, 0]:
             ax.set_xlabel("")
     fig.tight_layout()

@@ -245,6 +245,23 @@ def busy_mean_running(timeline: pd.DataFrame) -> float:
     return float((timeline["running"][busy] * weight).sum() / weight.sum())
 
 
+def gauges_catch_up_s(run: PressureRun) -> float:
+    """When the gauges first count every request in flight: sent, not finished, shown running or waiting.
+
+    Requests sent at once do not reach an engine's scheduler at once: its API server handles them
+    (HTTP, chat template, tokenization) on the same cores, and SGLang updates its gauges only after a
+    step. Until this time the gauges show fewer requests than the client has in flight. It is the
+    first sample that shows them all (0.0 if the first one does; the last sample's time if none does).
+    """
+    tl, req = run.timeline, run.requests
+    sent = np.searchsorted(np.sort(req["sent_s"].to_numpy()), tl["t_s"].to_numpy(), side="right")
+    done = np.searchsorted(np.sort(req["finish_s"].dropna().to_numpy()), tl["t_s"].to_numpy(), side="right")
+    shown = (tl["running"] + tl["waiting"]).to_numpy()
+    caught = np.flatnonzero((sent > 0) & (shown >= sent - done))
+    t = tl["t_s"].to_numpy()
+    return max(0.0, float(t[caught[0]] if len(caught) else t[-1]))
+
+
 def peak_blocks(prompt_tokens: Sequence[int], output_tokens: Sequence[int], block_size: int) -> int:
     """Most blocks the requests hold at once if all start together and none is preempted.
 
