@@ -84,9 +84,9 @@ plt.show()
 # :::
 
 # %%
-from servelab.measure import by_hand
 from servelab.measure.chapter_servers import c00
-from servelab.measure.setup_check import greedy_tokens, vllm_omp_threads, what_ran
+from servelab.measure.setup import by_hand
+from servelab.measure.setup.check import greedy_tokens, vllm_omp_threads, what_ran
 from servelab.measure.workloads import QUESTIONS
 
 servers = c00.servers(prof)  # every server this chapter starts; `python -m servelab plan` lists them
@@ -155,8 +155,8 @@ print(json.dumps({k: by_hand_answer[k] for k in ("choices", "usage")}, indent=1)
 # :::
 
 # %%
-from servelab.measure import frontend_cache
-from servelab.measure.kv_capacity import engine_capacity, server_info
+from servelab.measure.kv_memory.capacity import engine_capacity, server_info
+from servelab.measure.prefix_cache import frontend_cache
 
 with servers["SGLang"].server(prof) as sglang:
     answers["SGLang"] = greedy_tokens(sglang, questions)
@@ -271,7 +271,7 @@ print({"vLLM OpenMP threads (cores its log lists)":
 # :::
 
 # %%
-from servelab.measure.setup_check import answers_table, compare, exact_expected, references, rounding_step
+from servelab.measure.setup.check import answers_table, compare, exact_expected, references, rounding_step
 
 answers |= references(prof, questions)
 greedy = compare(questions, answers, exact=exact_expected(prof.dtype))
@@ -302,7 +302,7 @@ answers_table(questions, answers)
 # :::
 
 # %%
-from servelab.measure.setup_check import NEAR_TIE_NATS, NEAR_TIE_RANK
+from servelab.measure.setup.check import NEAR_TIE_NATS, NEAR_TIE_RANK
 
 print({"near tie: rank at most": NEAR_TIE_RANK, "near tie: margin at most (nats)": NEAR_TIE_NATS,
        "bfloat16 rounding step": rounding_step("bfloat16")})
@@ -347,7 +347,7 @@ print(greedy.holds)
 # :::
 
 # %%
-from servelab.measure.setup_check import dtype_answers, dtype_comparison, smallest_margins
+from servelab.measure.setup.check import dtype_answers, dtype_comparison, smallest_margins
 
 _, base, other = dtype_comparison(prof)
 by_dtype_answers = dtype_answers(prof, servers, questions, answers["vLLM"])
@@ -397,7 +397,7 @@ print(by_dtype.holds)
 # :::
 
 # %%
-from servelab.measure.setup_check import frontend_programs_source
+from servelab.measure.setup.check import frontend_programs_source
 
 print(frontend_programs_source())
 
@@ -436,7 +436,7 @@ pd.Series(frontend)
 # below), it prepares the next decode step, which stores the newest token, before it learns that
 # the request has finished, so a request that stopped at an end-of-sequence token keeps its last
 # token too; a request about to reach its `max_tokens` is left out of that step, so it does not
-# (the table's `finish` column: "length" or "stop"; `servelab.measure.frontend_cache` cites the
+# (the table's `finish` column: "length" or "stop"; `servelab.measure.prefix_cache.frontend_cache` cites the
 # source). The frontend sends a program's requests from a background thread and lets the caller go
 # on, so requests overlap in time: the first program's request and the second program's opening
 # one (the same prompt), the fork's two branches, the two choices of the `select`. A request in
@@ -499,7 +499,7 @@ print(frontend_run.cached == int(frontend_replay["reported"].sum()), bool(each),
 # :::
 
 # %%
-from servelab.measure.setup_check import articles_speculative_runtime
+from servelab.measure.setup.check import articles_speculative_runtime
 
 runtime_result = articles_speculative_runtime(prof)
 pd.Series(runtime_result)
@@ -541,7 +541,7 @@ print(runtime_result["started"] is False, runtime_result["error"] == "AssertionE
 # :::
 
 # %%
-from servelab.measure.setup_check import launch_commands_table
+from servelab.measure.setup.check import launch_commands_table
 
 launch = launch_commands_table()
 results.save("launch_commands_checked", launch, prof)
@@ -551,7 +551,7 @@ launch[["command", "checked with", "accepted", "the engine says"]]
 # The articles' commands and their corrected forms, as you would type them:
 
 # %%
-from servelab.measure.setup_check import article_commands_text
+from servelab.measure.setup.check import article_commands_text
 
 print(article_commands_text(launch))
 

@@ -166,7 +166,7 @@ print(c.ttft_p90_s < s.ttft_p90_s, c.met_slo > s.met_slo, c.output_tokens_per_s 
 # `python -m servelab plan` lists it). The client is vLLM's own `vllm bench serve`
 # (`vllm/benchmarks/serve.py`), speaking only the OpenAI-compatible HTTP API to either server, with
 # `--ignore-eos` so that every answer has exactly `output_tokens` tokens. Each run has a seed of its
-# own, so no run can be served from another's prefix cache (`servelab/measure/serving_basics.py`). A
+# own, so no run can be served from another's prefix cache (`servelab/measure/batching/serving.py`). A
 # short warm-up run goes first on each server and is not reported. With `--request-rate` the client
 # draws exponential gaps (`get_request` in `vllm/benchmarks/serve.py`, burstiness 1) and then rescales
 # them so that the last request goes out at exactly requests / rate: a Poisson process conditioned on
@@ -176,9 +176,9 @@ print(c.ttft_p90_s < s.ttft_p90_s, c.met_slo > s.met_slo, c.output_tokens_per_s 
 # :::
 
 # %%
-from servelab.measure import serving_basics as sb
+from servelab.measure.batching import serving as sb
 from servelab.measure.chapter_servers import c01
-from servelab.measure.head_to_head import measure, warm_up
+from servelab.measure.deploying.head_to_head import measure, warm_up
 from servelab.measure.lineup import Lineup, side_by_side
 
 servers = {name: launch.server(prof) for name, launch in c01.servers(prof, batch_cap=batch_cap).items()}
@@ -236,7 +236,7 @@ print((longest.ttft_vs_shortest > 2).all(), (longest.ttft_vs_shortest > 2 * long
 # once it has started.
 
 # %%
-from servelab.measure.speculative import decode_roofline
+from servelab.measure.speculative.verification import decode_roofline
 
 bandwidth = sb.device_bandwidth(prof)
 roofline = decode_roofline(servers["vLLM"].model.source, prof.dtype, bandwidth["read_gb_s"])

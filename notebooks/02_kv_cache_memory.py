@@ -127,7 +127,7 @@ plt.show()
 # :::
 
 # %%
-from servelab.measure.kv_capacity import vllm_cache_defaults
+from servelab.measure.kv_memory.capacity import vllm_cache_defaults
 
 vllm_defaults = vllm_cache_defaults(prof)
 utilization_source = ("the utilization parameter" if utilization else "the profile" if prof.gpu_memory_utilization
@@ -227,7 +227,7 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 
 # %%
 from servelab.measure.chapter_servers import c02
-from servelab.measure.kv_capacity import engine_capacity, served_shape
+from servelab.measure.kv_memory.capacity import engine_capacity, served_shape
 
 served = served_shape(prof)
 # every server this chapter starts (`python -m servelab plan` lists them); the budget: the parameter, else the
@@ -312,7 +312,7 @@ print(check["engine_tokens"] == check["planned_tokens"])
 # :::
 
 # %%
-from servelab.measure.kv_capacity import SGLANG_KV_GIB_HALF_STEP, sglang_buffer_gib
+from servelab.measure.kv_memory.capacity import SGLANG_KV_GIB_HALF_STEP, sglang_buffer_gib
 
 with servers["SGLang"].server(prof) as sglang:
     sgl_built = engine_capacity(sglang)
@@ -467,7 +467,7 @@ print(f"Answer: with an fp8 KV cache, {fp8.max_sequences - bf16.max_sequences} m
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2: both engines started with that budget.
-from servelab.measure.kv_capacity import capacity_for_budget
+from servelab.measure.kv_memory.capacity import capacity_for_budget
 
 budget = servers["vLLM, partial block"].options["kv_cache_tokens"]  # two sequences and half a block
 assert budget == 2 * prof.max_model_len + built["block_size"] // 2, "the declared budget assumed another block size"

@@ -38,7 +38,7 @@ pressure_overfill = 1.4        # at full length the requests need this many time
 pressure_spread = 0.9          # answers run from (1 - spread) to (1 + spread) times their mean length
 sglang_conservativeness = 0.1  # SGLang's --schedule-conservativeness in its pressure run (its default: 1.0)
 retraction_answer = None       # answer tokens of each early request in the run that makes SGLang retract;
-                               # None: the profile's (servelab.measure.retraction.sizes)
+                               # None: the profile's (servelab.measure.paging.retraction.sizes)
 retraction_lag = None          # tokens the early requests may have generated before the late one is admitted;
                                # None: the profile's (larger on GPUs, which decode many steps per second)
 samples = [1, 2, 4, 8]         # parallel sampling: n completions of one prompt
@@ -297,17 +297,18 @@ display(Markdown(quote_markdown("attention_kernel_overhead", "default_block_size
 # :::
 
 # %%
-from servelab.measure import kv_pressure, retraction
-from servelab.measure.block_size import (
+from servelab.measure.chapter_servers import c03
+from servelab.measure.kv_memory.capacity import engine_capacity
+from servelab.measure.paging import pressure as kv_pressure
+from servelab.measure.paging import retraction
+from servelab.measure.paging.block_size import (
     comparison_block_size,
     refusal_names_block_size,
     refused_start,
     shared_prompt_tokens,
     sharing_prompt_tokens,
 )
-from servelab.measure.chapter_servers import c03
-from servelab.measure.kv_capacity import engine_capacity
-from servelab.measure.parallel_sampling import count_tokens, measure_parallel_sampling
+from servelab.measure.paging.parallel_sampling import count_tokens, measure_parallel_sampling
 from servelab.measure.workloads import long_prompt
 
 # every server this chapter starts (`python -m servelab plan` lists them); the budget: the parameter, else two
@@ -404,7 +405,7 @@ plt.show()
 #
 # :::{dropdown} How we know: the pauses, the counter and the first seconds
 # The red lines mark preemptions where they happened: a request's own stream paused while the
-# other requests went on receiving tokens (`servelab.measure.kv_pressure.pauses`). The engine's
+# other requests went on receiving tokens (`servelab.measure.paging.pressure.pauses`). The engine's
 # counter, dashed, steps later: vLLM's front end counts a preemption when the preempted
 # request's next output arrives (`PREEMPTED` events in `vllm/v1/metrics/stats.py`), that is,
 # once it runs again. The gauges are updated once per engine step, so a long step, such as
@@ -415,7 +416,7 @@ plt.show()
 # had not reached the scheduler. They were still in vLLM's API server process (HTTP handling,
 # chat template, tokenization), which on this machine shares its cores with the busy engine. The
 # grey band marks those seconds: it ends at the first sample in which the gauges count every
-# request the client had in flight (`gauges_catch_up_s` in `servelab/measure/kv_pressure.py`).
+# request the client had in flight (`gauges_catch_up_s` in `servelab/measure/paging/pressure.py`).
 # SGLang updates its gauges after a step, so on SGLang the band also holds its first prefill step.
 # :::
 #
@@ -659,7 +660,7 @@ print((seen <= counted).all(), (engines.loc["answers of full length"] == pressur
 # SGLang's admission rule says when it can run out: a request that arrives while others decode
 # sees their remaining answers only at the ratio, here at most 0.7 x `sglang_conservativeness`.
 # So the same server, still running with the same budget, was sent two waves
-# (`servelab.measure.retraction.plan`): first a few requests whose prompts and answers together
+# (`servelab.measure.paging.retraction.plan`): first a few requests whose prompts and answers together
 # just fill the pool, so they fit even if every answer runs to its full length, however SGLang
 # splits them into prefill batches; then, once each of them had its first token, one late request
 # as long as fits beside them when their answers count at the ratio. It is admitted, and the pool

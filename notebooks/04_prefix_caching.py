@@ -43,7 +43,7 @@ profile = "auto"
 seed = 0
 referee_seeds = 8             # seeded operation streams each referee replays (the tests replay 24)
 kv_tokens = None              # KV budget of every server, in tokens; None: one full-length sequence and an eighth
-workload_sizes = {            # options of each workload generator (servelab/measure/prefix_workloads.py)
+workload_sizes = {            # options of each workload generator (servelab/measure/prefix_cache/workloads.py)
     "multi_turn": {"conversations": 1, "turns": 4},
     "few_shot": {"requests": 4, "system_words": 560},
     "agent_tree": {"branches": 2, "sub_branches": 2},
@@ -168,8 +168,9 @@ plt.show()
 # can: one vLLM, one SGLang, and one more SGLang with the cache-aware scheduling policy `lpm`,
 # because the policy is a flag fixed at start. All three get the same small KV budget. The two
 # SGLang servers also get prefill-step budgets at least as large as that KV budget
-# (`chunked_prefill_size` and `max_prefill_tokens`, set by `one_step_prefill` in `servelab/measure/prefix_burst.py`), so
-# that one prefill step can take every set of requests that fits the cache at once; SGLang's
+# (`chunked_prefill_size` and `max_prefill_tokens`, set by `one_step_prefill` in
+# `servelab/measure/prefix_cache/burst.py`), so that one prefill step can take every set of
+# requests that fits the cache at once; SGLang's
 # default `chunked_prefill_size` grows with the device's memory (`handle_gpu_memory_settings` in
 # `srt/arg_groups/memory_hook.py`), and the section on scheduling needs the same step on every
 # machine. Both engines report the cached prompt tokens of every request: servelab always starts
@@ -187,7 +188,7 @@ plt.show()
 # %%
 from servelab.measure.chapter_servers import c04
 from servelab.measure.lineup import Lineup, side_by_side
-from servelab.measure.sglang_policies import start_policy_orders
+from servelab.measure.prefix_cache.policies import start_policy_orders
 
 # every server this chapter starts (`python -m servelab plan` lists them): the budget is the parameter, else one
 # full-length sequence and an eighth (vLLM needs one full-length sequence plus its null block); vLLM's server
@@ -258,7 +259,7 @@ pd.DataFrame({"prompt tokens": [len(t) for t in toy], "radix tree hit": radix_hi
 # :::
 
 # %%
-from servelab.measure.prefix_caching import compare_with_sglang, compare_with_vllm
+from servelab.measure.prefix_cache.referees import compare_with_sglang, compare_with_vllm
 
 seeds = list(range(referee_seeds))
 with ThreadPoolExecutor(2) as pool:
@@ -308,7 +309,7 @@ print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().a
 # read in turn, twice, overflowing the KV budget (**cycle**).
 #
 # :::{dropdown} How we know: the workloads in detail
-# Five workloads are seeded chat requests (`servelab/measure/prefix_workloads.py`), in the shapes
+# Five workloads are seeded chat requests (`servelab/measure/prefix_cache/workloads.py`), in the shapes
 # real programs produce:
 #
 # - **multi_turn**: a conversation; each turn re-sends the previous turn plus two messages.
@@ -330,8 +331,8 @@ print(radix_referee[radix_agree].all().all(), block_referee[block_agree].all().a
 # :::
 
 # %%
-from servelab.measure.prefix_scenarios import burst_requests, cycle_requests, repeat_requests
-from servelab.measure.prefix_workloads import make, save_jsonl
+from servelab.measure.prefix_cache.scenarios import burst_requests, cycle_requests, repeat_requests
+from servelab.measure.prefix_cache.workloads import make, save_jsonl
 
 workloads = {name: make(name, seed, **options) for name, options in workload_sizes.items()}
 workloads["short_repeat"] = repeat_requests(seed, short_prompt_words, times=2)
@@ -356,8 +357,8 @@ print("saved", saved.with_suffix(".jsonl").name)
 # :::
 
 # %%
-from servelab.measure.kv_capacity import engine_capacity, server_info
-from servelab.measure.prefix_cache_live import chat_token_ids
+from servelab.measure.kv_memory.capacity import engine_capacity, server_info
+from servelab.measure.prefix_cache.live import chat_token_ids
 
 vllm = lineup.take("vllm")
 tokens = {name: [chat_token_ids(vllm, r.messages) for r in reqs] for name, reqs in workloads.items()}
@@ -408,8 +409,8 @@ pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min"
 
 # %%
 from servelab.engines.metrics import scrape
-from servelab.measure import prefix_salt
-from servelab.measure.prefix_cache_live import measured_hits, on_off_pairs, set_apart
+from servelab.measure.prefix_cache import salt as prefix_salt
+from servelab.measure.prefix_cache.live import measured_hits, on_off_pairs, set_apart
 
 hit_workloads = [name for name in tokens if name != "cycle"]
 vllm_built = engine_capacity(vllm)
@@ -566,8 +567,8 @@ print(not aligned or (both.sglang >= both.vllm).all(), not aligned or (both.sgla
 # :::
 
 # %%
-from servelab.measure import agent_fork
-from servelab.measure.prefix_workloads import agent_fork_texts
+from servelab.measure.prefix_cache import agent_fork
+from servelab.measure.prefix_cache.workloads import agent_fork_texts
 
 fork_run = agent_fork.run_on_sglang(sglang, agent_fork_texts(seed, **fork_tree), max_tokens=fork_max_tokens)
 fork_sglang = agent_fork.sglang_table(fork_run, page_size=sglang_built["block_size"], capacity=sglang_built["usable"],
@@ -625,7 +626,7 @@ print(within("SGLang"), within("vLLM"),
 # hit rate of the same token ids at other sizes; SGLang's one-token pages are the limit on the left.
 
 # %%
-from servelab.measure.prefix_analysis import block_size_sweep, eviction_sweep, hit_rate, other_block_size
+from servelab.measure.prefix_cache.analysis import block_size_sweep, eviction_sweep, hit_rate, other_block_size
 
 sizes = sorted({1, 16, 32, 64, 128, vllm_built["block_size"]})
 sweep = block_size_sweep({name: tokens[name] for name in hit_workloads}, sizes, capacity=10 * kv_tokens)
@@ -692,10 +693,10 @@ for k, (engine, rows) in enumerate(cycles.groupby("engine", sort=False)):
 rounds_docs = [request.split("-")[1:] for request in ids["cycle"]]
 ax.set_xticks(np.arange(len(tokens["cycle"])),
               [f"{plots.label('round')} {int(r) + 1}\n{plots.label('doc')} {int(d) + 1}" for r, d in rounds_docs])
-ax.margins(y=0.12)
 plots.axes("Two rounds over documents that overflow the cache", "request; above the bars: share of the prompt "
            "found cached", "time to first token (s)", ax=ax)
-ax.legend(fontsize=8)
+ax.legend(fontsize=8, loc="upper center", ncols=2, bbox_to_anchor=(0.5, 1.0))
+ax.margins(y=0.3)
 plt.show()
 
 # %%
@@ -769,8 +770,8 @@ plt.show()
 # :::
 
 # %%
-from servelab.measure.prefix_burst import FINISH_TOLERANCE_S, common_prefix, reuser_ceiling, run_burst
-from servelab.measure.prefix_cache_live import sglang_schedule_facts
+from servelab.measure.prefix_cache.burst import FINISH_TOLERANCE_S, common_prefix, reuser_ceiling, run_burst
+from servelab.measure.prefix_cache.live import sglang_schedule_facts
 
 facts = sglang_schedule_facts(prof)
 print(f"cache-aware policies: {', '.join(facts['CacheAwarePolicy'])}")
@@ -985,7 +986,7 @@ print(queued, fresh_together, cached["SGLang, lpm"] > cached["SGLang, fcfs"], fo
 # %%
 from itertools import combinations
 
-from servelab.measure.sglang_policies import order_table, policy_summary, sglang_policy_orders
+from servelab.measure.prefix_cache.policies import order_table, policy_summary, sglang_policy_orders
 
 policy_orders = sglang_policy_orders(prof, warm_tokens, burst_tokens, burst_names, page_size=sglang_built["block_size"],
                                      seed=seed, started=policy_script)
@@ -1071,7 +1072,7 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 # the prefix SGLang's `lpm` code matched for it. The finish groups need not follow the in-process
 # positions one by one: requests prefilled in the same step end together, so they share a group
 # (requests that ended within 50 ms of each other, `FINISH_TOLERANCE_S` in
-# `servelab/measure/prefix_burst.py`), whatever their positions within the step.
+# `servelab/measure/prefix_cache/burst.py`), whatever their positions within the step.
 #
 # From the orders follow predictions, not measurements. `dfs-weight` and `shortest-prefill-first`
 # chose, for the first round, an order that puts every reusing request first, as `lpm` did, so we
@@ -1112,7 +1113,7 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 # over the median cached time of its pairs). The cold and the cached request of a pair run back
 # to back, so a slow moment lands on both. The chapter states the median round and the lowest and
 # highest; "faster with the cache on" holds only if every round says so
-# (`on_off_ttft` in `servelab/measure/prefix_analysis.py`). The cold request always comes first,
+# (`on_off_ttft` in `servelab/measure/prefix_cache/analysis.py`). The cold request always comes first,
 # right after the flush, so it also pays whatever the flush leaves behind: on a GPU, SGLang's
 # `flush_cache` (`Scheduler.flush_cache` in `sglang/srt/managers/scheduler.py`) also empties the
 # device allocator's cache, so its cold request can include allocating memory again. That leans
@@ -1123,7 +1124,7 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 # :::
 
 # %%
-from servelab.measure.prefix_analysis import on_off_ttft
+from servelab.measure.prefix_cache.analysis import on_off_ttft
 from servelab.measure.rounds import chance_of_agreement
 
 pair_runs = {"vLLM": vllm_pairs, "SGLang": sglang_pairs}
@@ -1206,7 +1207,7 @@ print(on_off["on ahead in every round"].all(), (on_off["cached tokens off (sum)"
 # Each server ran a burst of `salted_requests` few-shot requests, sent at once, each generating
 # exactly `salted_output_tokens` tokens (`min_tokens` equal to `max_tokens`), with the cache on
 # and with a salt each, each time from an emptied cache, in `rounds` rounds whose order alternates
-# (on, off; off, on; ...), so neither always runs first (`servelab/measure/prefix_salt.py`).
+# (on, off; off, on; ...), so neither always runs first (`servelab/measure/prefix_cache/salt.py`).
 # Before each burst, one more request with the same system prompt and no salt ran first, untimed, as
 # on a server that has served that prompt before; without it, SGLang under its default `fcfs` would
 # prefill the burst's first step with no request finding the prefix, since what a step computes
@@ -1219,7 +1220,7 @@ print(on_off["on ahead in every round"].all(), (on_off["cached tokens off (sum)"
 # :::
 
 # %%
-from servelab.measure.prefix_salt import kv_needed, ratios
+from servelab.measure.prefix_cache.salt import kv_needed, ratios
 
 salted_runs = {"vLLM": vllm_salted, "SGLang": sglang_salted}
 salted_built = {"vLLM": vllm_built, "SGLang": sglang_built}
@@ -1329,7 +1330,7 @@ Markdown(quote_markdown("sglang_lmsys_5x"))
 # :::
 
 # %%
-from servelab.measure.prefix_analysis import concurrent_fit
+from servelab.measure.prefix_cache.analysis import concurrent_fit
 
 few = tokens["few_shot"]
 system = next(i for i, (a, b) in enumerate(zip(few[0], few[1], strict=False)) if a != b)
@@ -1366,7 +1367,7 @@ print((per["shared"] > per["one each"]).all(),
 # The chapter's measurements, in one table:
 
 # %%
-from servelab.measure.prefix_analysis import verdict_table
+from servelab.measure.prefix_cache.analysis import verdict_table
 
 
 def share(frame):
@@ -1500,12 +1501,12 @@ print(f"A burst of {salted_requests} few-shot requests, requests per second with
 # :::
 #
 # The solutions are in the hidden cells below (the functions are in
-# `servelab/measure/prefix_analysis.py`).
+# `servelab/measure/prefix_cache/analysis.py`).
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1: the measured gap at this run's block size, and the simulated one at another size (no
 # eviction).
-from servelab.measure.prefix_analysis import extra_prefill, gap_table, smallest_budget, vllm_budget_for
+from servelab.measure.prefix_cache.analysis import extra_prefill, gap_table, smallest_budget, vllm_budget_for
 
 gaps = gap_table(rates, tokens, vllm_built["block_size"], capacity=10 * kv_tokens)
 print(gaps.round(1).rename(columns={"measured": f"gap at block {gaps.attrs['block_size']} (points, measured)",

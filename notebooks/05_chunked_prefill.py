@@ -49,13 +49,14 @@ rounds = 3                    # the scenario runs this many times on every serve
 # %%
 import pandas as pd
 from matplotlib import pyplot as plt
+from matplotlib import ticker
 
 from servelab.book import banner, plots, results
 from servelab.book.diagrams_timeline import timeline_comparison
 from servelab.book.i18n import N_
 from servelab.engines import flags
-from servelab.measure import chunked_prefill_live as live
 from servelab.measure.chapter_servers import c05
+from servelab.measure.chunked_prefill import live
 from servelab.measure.lineup import side_by_side
 from servelab.measure.rounds import chance_of_agreement
 from servelab.sim.chunked_prefill import (
@@ -229,11 +230,11 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # changes from round to round, and each round has fresh prompts, so nothing is served from the
 # prefix cache (the engine's store of prompt prefixes it has already computed) of another round. A
 # slow stretch of the machine then lands on every setting of the round (`measure_rounds` in
-# `servelab/measure/chunked_prefill_live.py`).
+# `servelab/measure/chunked_prefill/live.py`).
 # :::
 #
 # :::{dropdown} How we know: what the client records and what the servers report
-# The streaming client keeps per-token timestamps (`servelab/measure/chunked_prefill.py`: prompts
+# The streaming client keeps per-token timestamps (`servelab/measure/chunked_prefill/streams.py`: prompts
 # are token ids, so they have exactly the length asked for, and every answer is forced to its full
 # length). The table gives no 99th percentile: with a handful of gaps per window, the `gaps` column,
 # it would be the longest gap again.
@@ -451,7 +452,9 @@ for cfg in configs:
 ax.plot([], [], "o", color="0.3", label=plots.label("measured (a server)"))
 ax.plot([], [], "o", color="0.3", markerfacecolor="white", label=plots.label("predicted for that server"))
 ax.set_yscale("log")  # vLLM's gaps and SGLang's without mixed chunk differ tenfold: both stay in view
-ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+ax.yaxis.set_minor_formatter(ticker.NullFormatter())
 ax.set_xlim(left=0)
 ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 plt.show()

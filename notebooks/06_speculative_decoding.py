@@ -164,14 +164,19 @@ table.pivot(index="alpha", columns="c", values=["best k", "speedup at best k"]).
 #
 # :::{dropdown} How we know: what NumPy measures
 # Two numbers from this machine, measured with NumPy in this kernel
-# (`servelab/measure/speculative.py`): memory bandwidth (best of several passes that sum a
+# (`servelab/measure/speculative/verification.py`): memory bandwidth (best of several passes that sum a
 # 512 MiB array, one thread) and matrix-multiply throughput (float32, all BLAS threads). Both are
 # the host's. On a GPU profile the weights live in GPU memory, whose bandwidth NumPy cannot see,
 # so there the roofline lines and columns below are left out (`host_roofline`).
 # :::
 
 # %%
-from servelab.measure.speculative import decode_roofline, forward_seconds_bound, matmul_flops, memory_bandwidth
+from servelab.measure.speculative.verification import (
+    decode_roofline,
+    forward_seconds_bound,
+    matmul_flops,
+    memory_bandwidth,
+)
 
 host_roofline = prof.device != "cuda"  # the engine computes where NumPy does
 
@@ -198,16 +203,14 @@ pd.Series(machine).round(1)
 # %%
 from concurrent.futures import ThreadPoolExecutor
 
-from servelab.measure import speculative_gpu as gpu_runs_
-from servelab.measure import speculative_live as live
-from servelab.measure import speculative_load as load
-from servelab.measure import speculative_setups as setups
 from servelab.measure.chapter_servers import c06
-from servelab.measure.kv_capacity import engine_capacity
+from servelab.measure.kv_memory.capacity import engine_capacity
 from servelab.measure.lineup import Lineup, side_by_side
 from servelab.measure.rounds import chance_of_agreement
-from servelab.measure.setup_check import compare, exact_expected, smallest_margins
-from servelab.measure.speculative import model_parameters
+from servelab.measure.setup.check import compare, exact_expected, smallest_margins
+from servelab.measure.speculative import gpu as gpu_runs_
+from servelab.measure.speculative import live, load, setups
+from servelab.measure.speculative.verification import model_parameters
 
 cut_drafts = prof.model.startswith("local:")  # drafts cut from the model itself (cpu); else the profile's draft
 layers = setups.target_layers(prof) if cut_drafts else None
@@ -485,7 +488,7 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # of their prompt, one open-ended), then waves of b identical requests for each b in `concurrency`.
 #
 # :::{dropdown} How we know: the tasks and the sweep
-# Each speculative server answers the chapter's tasks (`servelab/measure/speculative_setups.py`),
+# Each speculative server answers the chapter's tasks (`servelab/measure/speculative/setups.py`),
 # greedy, one request at a time, exactly as the plain server did above: three repetition-heavy
 # tasks (editing code, extracting quotes, summarising with citations) and one open-ended control.
 # Then every server, the plain one included and every draft, gets one wave of b identical
@@ -499,18 +502,16 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # :::{dropdown} How we know: rounds, warm-ups, verdicts and the engine's timers
 # All of that, the tasks and the sweep, runs `rounds` times, round by round: each round measures
 # every server once, in turn, so a stretch where something else slows the machine falls on all
-# servers alike (`speculative_load.schedule`). Round r starts at server r mod n, so no server
-# always takes the same place in a round: the plain one is not always first, and its neighbours in
-# the order change from round to round. On a GPU, where one server fits at a time, each server
-# runs its rounds back to back instead. There a drift of the machine between one server's rounds
-# and the next server's is not spread over both, so a verdict on a GPU says less than one on the
-# cpu profile: rounds that agree show that one server's timings repeat, not that nothing drifted.
+# servers alike (`Lineup.in_rounds` in `servelab/measure/lineup.py`). Round r starts at server r
+# mod n, so no server always takes the same place in a round: the plain one is not always first,
+# and its neighbours in the order change from round to round. On a GPU, where one server fits at a
+# time, every round starts each server afresh, in the same turns, so a drift of the machine lands
+# on every server there too; the price is a start per server and round.
 #
 # Before its first timed round every server has a warm-up, untimed and not recorded
 # (`live.warm_up`): it answers the tasks once, as a round asks them, and runs one wave of the
-# sweep at the smallest concurrency. The plain server has its warm-up before the forward costs
-# above. A server's first requests pay for work done once, which would otherwise fall on its first
-# round alone.
+# sweep at the smallest concurrency; on a GPU every start is warmed up again. A server's first
+# requests pay for work done once, which would otherwise fall on its first round alone.
 #
 # A speedup is taken within one round: the method's rate over the plain server's in that same
 # round (`paired_speedups`). The chapter states the median of the rounds. It reads a speedup as
@@ -535,19 +536,24 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 
 # %%
 sweep_prompts = [setups.TASKS[sweep_task]]
-capacity, answers, task_rounds, sweep_rounds = [], {}, [], []
-for r, name in load.schedule(["plain", *(m.name for m in methods)], rounds, interleave=together):
-    server = lineup.take(name)
-    if r == 0:  # this server's first round
-        if name != "plain":  # the plain server had its warm-up before the forward costs
-            live.warm_up(server, setups.TASKS, task_tokens, sweep_prompts, concurrency[0], sweep_tokens)
-        capacity.append({"server": name, **engine_capacity(server)})
-    got = live.answer_tasks(server, setups.TASKS, task_tokens)
-    if name != "plain":  # greedy: every round gives the same tokens and counts; the first is kept
-        answers.setdefault(name, got)
-    task_rounds.append(got.table.assign(method=name, round=r))
-    sweep_rounds.append(live.sweep(server, sweep_prompts, concurrency, sweep_tokens, repeats=1)
-                        .assign(method=name, round=r))
+capacity = {}
+
+
+def warmed(name, server):  # before a server's first timed round (on a GPU: after each of its starts)
+    live.warm_up(server, setups.TASKS, task_tokens, sweep_prompts, concurrency[0], sweep_tokens)
+    capacity[name] = {"server": name, **engine_capacity(server)}
+
+
+def one_round(name, server, r):
+    return (live.answer_tasks(server, setups.TASKS, task_tokens),
+            live.sweep(server, sweep_prompts, concurrency, sweep_tokens, repeats=1))
+
+
+done = lineup.in_rounds(rounds, one_round, prepare=warmed)
+answers = {name: got for r, name, (got, _) in done if r == 0 and name != "plain"}  # greedy: each round the same
+task_rounds = [got.table.assign(method=name, round=r) for r, name, (got, _) in done]
+sweep_rounds = [swept.assign(method=name, round=r) for r, name, (_, swept) in done]
+capacity = list(capacity.values())
 lineup.stop()
 # Nothing is timed from here on, so what the later sections need starts now, in the background:
 # servers in `rounding_dtype`, SGLang's argument resolution and vLLM's own speculative defaults.
@@ -1045,7 +1051,8 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values="speed
 # :::
 
 # %%
-print(f"{rounds} rounds, {'interleaved' if together else 'back to back per server'}; a method with no effect puts "
+print(f"{rounds} rounds, {'interleaved' if together else 'interleaved, each server restarted every round'}; a method "
+      f"with no effect puts "
       f"all {rounds} on one side of 1 with probability {chance_of_agreement(rounds):.0%}; widest spread of a "
       f"speedup (highest / lowest round): {(spec_sweep['speedup highest'] / spec_sweep['speedup lowest']).max():.2f}")
 slowdown = []
@@ -1240,7 +1247,7 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=v).add
 # :::
 
 # %%
-from servelab.measure import setup_check
+from servelab.measure.setup import check as setup_check
 
 pd.DataFrame([{"dtype": d, "significand bits (stored)": setup_check.MANTISSA_BITS[d],
                "relative rounding step 2^-bits": 2.0 ** -setup_check.MANTISSA_BITS[d]}
@@ -1456,9 +1463,9 @@ pd.Series(resolved.cpu_ops, name="in this SGLang venv")
 # :::{dropdown} How we know: the GPU runs and their scheduling
 # With a GPU profile, the cells above run the n-gram method and the profile's draft model, and the
 # cell below measures more runs against the same engine and target without speculation, one server
-# at a time, each on the profiles whose GPUs it fits. Each server has the same untimed warm-up as
-# above and then runs its `rounds` rounds back to back; the table gives the median of the rounds,
-# the lowest and highest round and the verdict across them.
+# at a time, each on the profiles whose GPUs it fits. Every round starts the plain server and the
+# speculative one afresh, in turns that alternate, and warms each start up as above; the table gives
+# the median of the rounds, the lowest and highest round and the verdict across them.
 #
 # On both GPU profiles: the articles' draft,
 # Qwen2.5-0.5B, for Qwen2.5-7B (their 72B target does not fit the smallest GPU profile), on vLLM only,

@@ -70,9 +70,9 @@ from servelab.book.diagrams_head_to_head import draw_sweep
 from servelab.book.i18n import N_
 from servelab.book.selection_guide import guide
 from servelab.engines import flags
-from servelab.measure import head_to_head as h2h
-from servelab.measure import recipes
-from servelab.measure.kv_capacity import engine_capacity
+from servelab.measure.deploying import head_to_head as h2h
+from servelab.measure.deploying import recipes
+from servelab.measure.kv_memory.capacity import engine_capacity
 
 prof = banner.start(profile)
 pd.set_option("display.max_colwidth", None)

@@ -101,8 +101,8 @@ def live(cpu: profiles.Profile, require_engine: Callable[[str], None],
     from servelab.engines import server
     from servelab.engines.guard import still_running
     from servelab.engines.listening import listening
-    from servelab.measure.kv_capacity import engine_capacity
-    from servelab.measure.setup_check import greedy_answers
+    from servelab.measure.kv_memory.capacity import engine_capacity
+    from servelab.measure.setup.check import greedy_answers
     from servelab.measure.workloads import QUESTIONS
     from tests import sgl_recorder
 

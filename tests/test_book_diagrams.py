@@ -60,7 +60,7 @@ def test_an_empty_pool_draws_only_free_blocks() -> None:
 def _run():
     import pandas as pd
 
-    from servelab.measure.kv_pressure import PressureRun
+    from servelab.measure.paging.pressure import PressureRun
 
     requests = pd.DataFrame({"req": [0, 1], "sent_s": [0.0, 0.0], "first_token_s": [0.5, 1.0], "finish_s": [4.0, 6.0]})
     tokens = pd.DataFrame({"req": [0, 1], "t_s": [0.5, 1.0]})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from servelab.engines.listening import unexplained
-from servelab.measure.setup_check import agreement, reference_answers
+from servelab.measure.setup.check import agreement, reference_answers
 from servelab.measure.workloads import QUESTIONS
 from servelab.sim.kv_memory import tokens_held
 from tests.conftest import PARTIAL_BUDGET, pinned_version

@@ -23,7 +23,7 @@ def test_a_chapter_depends_on_what_it_imports_transitively_and_the_files_they_na
             "servelab/book/selection_guide.py",  # imported by the chapter
             "servelab/book/claims.py",  # imported by selection_guide
             "servelab/data/claims.toml",  # named by claims.py
-            "servelab/engines/engine_side/vllm_memory_defaults.py",  # an f-string in measure/recipes.py
+            "servelab/engines/engine_side/vllm_memory_defaults.py",  # an f-string in measure/deploying/recipes.py
             "servelab/engines/sgl_kernel_stand_in/sgl_kernel/__init__.py",  # put on SGLang's path by launch.py
             "servelab/data/pins/vllm-cpu.txt", "servelab/data/locks/sglang-cpu.txt",
             "servelab/data/locks/kernel.txt"} <= found

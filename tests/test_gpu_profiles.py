@@ -82,8 +82,10 @@ def test_every_declared_gpu_server_builds_on_a_gpu_machine(gpu_machine, name, mo
 def test_the_helpers_chapters_call_on_a_gpu_profile(gpu_machine):
     """The engine-reading helpers the chapters call, on gpu-24g's machine: chapter 00's launch table, 05's and
     07's engine defaults, 06's methods and SGLang's speculative resolution."""
-    from servelab.measure import chunked_prefill_live, recipes, setup_check
-    from servelab.measure import speculative_setups as setups
+    from servelab.measure.chunked_prefill import live as chunked_prefill_live
+    from servelab.measure.deploying import recipes
+    from servelab.measure.setup import check as setup_check
+    from servelab.measure.speculative import setups
 
     gpu_machine()
     prof = profiles.load("gpu-24g")
@@ -104,7 +106,7 @@ def test_the_helpers_chapters_call_on_a_gpu_profile(gpu_machine):
 def test_chapter_01s_knob_table_on_a_gpu_profile(gpu_machine):
     """Chapter 01 reads both engines' batch knobs on a GPU profile, SGLang's batch cap from the pool a running
     server reports (a GPU profile sets no KV budget of its own)."""
-    from servelab.measure import serving_basics
+    from servelab.measure.batching import serving as serving_basics
 
     gpu_machine(mib=23034)
     prof = profiles.load("gpu-24g")
@@ -116,7 +118,7 @@ def test_chapter_01s_knob_table_on_a_gpu_profile(gpu_machine):
 
 
 def test_gated_gpu_runs_are_skipped_with_their_reason_without_a_token(monkeypatch, tmp_path):
-    from servelab.measure import speculative_gpu
+    from servelab.measure.speculative import gpu as speculative_gpu
 
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         monkeypatch.delenv(var, raising=False)

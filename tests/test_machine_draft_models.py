@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from servelab.machine import draft_models, engine_envs, models
-from servelab.measure.speculative import llama_parameters, safetensors_parameters
+from servelab.measure.speculative.verification import llama_parameters, safetensors_parameters
 
 pytestmark = pytest.mark.engine_venv
 

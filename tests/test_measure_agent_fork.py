@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.measure import agent_fork as af
-from servelab.measure.prefix_workloads import agent_fork_texts
+from servelab.measure.prefix_cache import agent_fork as af
+from servelab.measure.prefix_cache.workloads import agent_fork_texts
 
 
 def test_labels_name_the_place_in_the_tree_from_the_markers() -> None:
@@ -41,7 +41,7 @@ def test_vllm_ranges_cache_answered_prompts_and_maybe_those_in_flight() -> None:
 
 
 def test_a_later_sent_sibling_scheduled_first_can_give_its_blocks_to_the_earlier_one() -> None:
-    from servelab.measure.frontend_cache import Request, timing
+    from servelab.measure.prefix_cache.frontend_cache import Request, timing
 
     trunk = list(range(10))
     prompts = [trunk + [20, 21, 22], trunk + [20, 21, 23]]  # share 12 tokens: three blocks of 4
@@ -63,7 +63,7 @@ def test_a_fork_of_one_branch_is_refused_before_anything_is_sent() -> None:
 def test_a_run_is_saved_one_request_a_line(tmp_path) -> None:
     import json
 
-    from servelab.measure.frontend_cache import Request
+    from servelab.measure.prefix_cache.frontend_cache import Request
 
     run = af.ForkRun({}, ["root", "root plan"], [False, True],
                      [Request(0, [1, 2], [3], 1, 0, "length", 0.0, 1.0), Request(1, [1, 2, 3], [], 2, 2, "length",

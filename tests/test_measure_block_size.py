@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.measure import block_size as bsz
+from servelab.measure.paging import block_size as bsz
 
 
 @pytest.mark.parametrize(("default", "other"), [(128, 64), (16, 32), (64, 32), (32, 64), (256, 128)])

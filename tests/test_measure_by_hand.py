@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from servelab.machine.paths import cache_home
-from servelab.measure import by_hand
+from servelab.measure.setup import by_hand
 
 
 def _server(argv):

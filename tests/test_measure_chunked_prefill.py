@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servelab.measure import chunked_prefill_live as live
-from servelab.measure.chunked_prefill import (
+from servelab.measure.chunked_prefill import live
+from servelab.measure.chunked_prefill.streams import (
     CHUNK_COLUMNS,
     VOCAB_RANGE,
     StreamRun,
@@ -117,7 +117,7 @@ def test_scenario_specs_send_the_long_prompt_after_the_last_streams_warm_up():
 
 def test_no_round_of_the_scenario_reuses_a_calibration_prompt(fake_server, monkeypatch):
     """A round's prompts (seed + 1 + round) and the calibration's come from disjoint seeds, for any round."""
-    from servelab.measure import chunked_prefill
+    from servelab.measure.chunked_prefill import streams as chunked_prefill
 
     used = []
     monkeypatch.setattr(chunked_prefill, "prompt_ids",

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from servelab.measure import frontend_cache as fc
+from servelab.measure.prefix_cache import frontend_cache as fc
 
 
 def _req(group: int, prompt: list[int], output: list[int] = (), limit: int | None = None,

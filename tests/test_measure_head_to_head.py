@@ -12,7 +12,7 @@ import pytest
 
 from servelab.engines.engine_side import script
 from servelab.machine import engine_envs
-from servelab.measure import head_to_head as h
+from servelab.measure.deploying import head_to_head as h
 
 SIZES = dict(input_tokens=64, concurrencies=[1, 4], rates=[2.0], rate_prompts=6, long_fraction=0.25, long_prompts=2,
              prefix_fraction=0.125, suffix_tokens=16, prefixes=2, prefix_prompts=6, conversations=2, turns=3)

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from servelab.measure import kv_capacity
+from servelab.measure.kv_memory import capacity as kv_capacity
 from servelab.sim.kv_memory import tokens_held
 from tests.conftest import PARTIAL_BUDGET, pinned_version
 

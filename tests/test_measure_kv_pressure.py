@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from servelab.measure import kv_pressure as kp
+from servelab.measure.paging import pressure as kp
 
 
 def test_output_lengths_spread_evenly_and_need_overfill_times_the_budget() -> None:

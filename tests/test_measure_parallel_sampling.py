@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.measure import parallel_sampling as ps
+from servelab.measure.paging import parallel_sampling as ps
 
 
 class _Tokenizer:

@@ -1,11 +1,11 @@
-"""Chapter 04's calculations on token ids (servelab/measure/prefix_analysis.py): fast, no engine."""
+"""Chapter 04's calculations on token ids (servelab/measure/prefix_cache/analysis.py): fast, no engine."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from servelab.measure.prefix_analysis import (
+from servelab.measure.prefix_cache.analysis import (
     block_size_sweep,
     concurrent_fit,
     eviction_sweep,
@@ -18,7 +18,7 @@ from servelab.measure.prefix_analysis import (
     verdict_table,
     vllm_budget_for,
 )
-from servelab.measure.prefix_cache_live import predict_hits
+from servelab.measure.prefix_cache.live import predict_hits
 
 SHARED = list(range(1000, 1100))  # 100 shared tokens
 TURNS = [SHARED[:40], SHARED[:40] + [1] * 30, SHARED[:40] + [1] * 30 + [2] * 25]

@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 
 from servelab.engines.server import Server
-from servelab.measure.kv_capacity import engine_capacity
+from servelab.measure.kv_memory.capacity import engine_capacity
 from servelab.measure.lineup import Lineup
-from servelab.measure.prefix_burst import (
+from servelab.measure.prefix_cache.burst import (
     common_prefix,
     finish_groups,
     one_step_prefill,
@@ -30,7 +30,7 @@ from servelab.measure.prefix_burst import (
     reuser_ceiling,
     run_burst,
 )
-from servelab.measure.prefix_cache_live import (
+from servelab.measure.prefix_cache.live import (
     cache_options,
     chat_token_ids,
     counters,
@@ -42,7 +42,7 @@ from servelab.measure.prefix_cache_live import (
     set_apart,
     sglang_schedule_facts,
 )
-from servelab.measure.prefix_caching import (
+from servelab.measure.prefix_cache.referees import (
     agreement,
     block_agreement,
     block_ops,
@@ -52,8 +52,8 @@ from servelab.measure.prefix_caching import (
     replay_block_cache,
     replay_radix_tree,
 )
-from servelab.measure.prefix_scenarios import burst_requests, cycle_requests, repeat_requests
-from servelab.measure.prefix_workloads import make
+from servelab.measure.prefix_cache.scenarios import burst_requests, cycle_requests, repeat_requests
+from servelab.measure.prefix_cache.workloads import make
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 
 SEEDS = list(range(24))

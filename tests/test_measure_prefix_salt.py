@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from servelab.engines.client import run_load
-from servelab.measure import prefix_salt as ps
+from servelab.measure.prefix_cache import salt as ps
 
 
 def test_salts_are_unique_and_refused_where_vllm_would_refuse_them() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.measure import prefix_workloads as pw
+from servelab.measure.prefix_cache import workloads as pw
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
 

@@ -7,7 +7,7 @@ import pytest
 
 from servelab.engines import flags
 from servelab.machine.model_shapes import known_shapes
-from servelab.measure import recipes
+from servelab.measure.deploying import recipes
 from tests.conftest import pinned_version
 
 BOOK = recipes.load()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.measure import retraction as rt
+from servelab.measure.paging import retraction as rt
 
 
 def _admitted(plan: rt.RetractionPlan, lag: int, ratio: float) -> bool:
@@ -111,7 +111,7 @@ def test_held_by_prompts_stores_common_beginnings_once() -> None:
 def test_early_tokens_counts_what_the_early_requests_had_before_the_late_ones_first() -> None:
     import pandas as pd
 
-    from servelab.measure.kv_pressure import PressureRun
+    from servelab.measure.paging.pressure import PressureRun
 
     requests = pd.DataFrame({"req": [0, 1, 2], "first_token_s": [0.1, 0.2, 1.05]})
     tokens = pd.DataFrame({"req": [0] * 5 + [1] * 4 + [2] * 2, "t_s": [0.1, 0.3, 0.5, 0.7, 1.1,
@@ -125,7 +125,7 @@ def test_early_tokens_counts_what_the_early_requests_had_before_the_late_ones_fi
 def test_ratio_after_follows_sglangs_estimate_from_the_streams() -> None:
     import pandas as pd
 
-    from servelab.measure.kv_pressure import PressureRun
+    from servelab.measure.paging.pressure import PressureRun
 
     # the reviewed cpu run: 6 early requests of 48 tokens had 23 each when the late one paused
     early = [{"req": r, "t_s": 0.1 * i} for r in range(6) for i in range(1, 24)] + \
@@ -145,7 +145,7 @@ def test_ratio_after_follows_sglangs_estimate_from_the_streams() -> None:
 def test_sglang_retracts_under_the_plan_and_still_finishes_every_answer() -> None:
     from servelab.engines.server import running
     from servelab.machine import profiles
-    from servelab.measure.kv_pressure import pauses
+    from servelab.measure.paging.pressure import pauses
 
     with running("sglang", profiles.load("cpu"), kv_cache_tokens=4096, schedule_conservativeness=0.1) as sg:
         forced = rt.force(sg, 0.1, **rt.sizes(True))

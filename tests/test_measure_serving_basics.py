@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from servelab.machine import engine_envs
-from servelab.measure import head_to_head as h
-from servelab.measure import kv_capacity
-from servelab.measure import serving_basics as sb
-from servelab.measure.speculative import Roofline
+from servelab.measure.batching import serving as sb
+from servelab.measure.deploying import head_to_head as h
+from servelab.measure.kv_memory import capacity as kv_capacity
+from servelab.measure.speculative.verification import Roofline
 
 SERVER = SimpleNamespace(url="http://127.0.0.1:9", served_model="m", model=SimpleNamespace(source="/models/m"))
 

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from servelab.machine import profiles
-from servelab.measure import setup_check
-from servelab.measure.setup_check import Answer, answer_from_choice, compare, first_divergence, near_tie
+from servelab.measure.setup import check as setup_check
+from servelab.measure.setup.check import Answer, answer_from_choice, compare, first_divergence, near_tie
 
 
 def _choice(ids, tokens, finish="stop", key="token_ids"):

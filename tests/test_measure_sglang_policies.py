@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.measure.sglang_policies import (
+from servelab.measure.prefix_cache.policies import (
     ahead,
     order_table,
     policy_frame,

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from servelab.engines.metrics import Metrics
-from servelab.measure.speculative import (
+from servelab.measure.speculative.verification import (
     Roofline,
     decode_roofline,
     forward_seconds_bound,

@@ -22,10 +22,8 @@ from hypothesis import strategies as st
 from servelab.engines import flags
 from servelab.engines.metrics import Metrics
 from servelab.machine import profiles
-from servelab.measure import speculative_gpu as gpu
-from servelab.measure import speculative_live as live
-from servelab.measure import speculative_setups as setups
-from servelab.measure.speculative import SpecDecodeCounts, llama_parameters
+from servelab.measure.speculative import gpu, live, setups
+from servelab.measure.speculative.verification import SpecDecodeCounts, llama_parameters
 from servelab.sim.speculative import expected_tokens, softmax, speculative_step, speedup
 
 # ---------------------------------------------------------------------------------------------- replay
@@ -265,23 +263,28 @@ def test_the_warm_up_sends_a_rounds_requests_once_untimed(monkeypatch):
 
 
 class _StandInLaunch:
-    """A declared server stand-in: `server(profile)` is a context manager that notes its start and stop."""
+    """A declared server stand-in: `server(profile)` is a server (its name, a str) that notes its starts and stops."""
 
     def __init__(self, name, log):
         self.name, self.engine, self.log = name, "vllm", log
 
     def server(self, profile):
-        launch, log = self, self.log
+        log = self.log
 
-        class _Running:
-            def __enter__(self):
-                log.append(("start", launch.name))
-                return launch.name
+        class _Server(str):
+            running = False
 
-            def __exit__(self, *exc):
-                log.append(("stop", launch.name))
+            def start(self):
+                log.append(("start", str(self)))
+                self.running = True
+                return self
 
-        return _Running()
+            def stop(self):
+                if self.running:
+                    log.append(("stop", str(self)))
+                self.running = False
+
+        return _Server(self.name)
 
 
 def _stand_in_rounds(monkeypatch, rates):
@@ -310,7 +313,7 @@ def _stand_in_rounds(monkeypatch, rates):
     return log
 
 
-def test_a_gpu_run_warms_each_server_up_and_measures_it_in_rounds(monkeypatch):
+def test_a_gpu_run_starts_and_warms_both_servers_up_in_every_round(monkeypatch):
     plain = [{"tasks": [10.0, 10.0], "sweep": {1: 10.0, 4: 8.0}}] * 3
     spec = [{"tasks": [15.0, 15.0], "sweep": {1: 15.0, 4: 7.0}},  # 1.5x, 0.875x
             {"tasks": [12.0, 14.0], "sweep": {1: 11.0, 4: 9.0}},  # 1.3x, 1.125x
@@ -318,9 +321,9 @@ def test_a_gpu_run_warms_each_server_up_and_measures_it_in_rounds(monkeypatch):
     log = _stand_in_rounds(monkeypatch, {"plain": plain, "spec": spec})
     frame = gpu.measure_run(_StandInLaunch("plain", log), _StandInLaunch("spec", log), profiles.load("gpu-80g"),
                             48, [1, 4], 26, rounds=3)
-    per_server = [("start", "plain"), ("warm up", "plain"), *[("tasks", "plain"), ("sweep", "plain")] * 3,
-                  ("stop", "plain")]
-    assert log == per_server + [(what, "spec" if who == "plain" else who) for what, who in per_server]
+    turn = [("start", "plain"), ("warm up", "plain"), ("tasks", "plain"), ("sweep", "plain"), ("stop", "plain")]
+    spec_turn = [(what, "spec") for what, _ in turn]
+    assert log == turn + spec_turn + spec_turn + turn + turn + spec_turn  # every round starts both, turns rotate
     assert list(frame.columns) == gpu.GPU_COLUMNS and (frame.rounds == 3).all() and frame.run.eq("spec").all()
     tasks = frame[frame.workload == "tasks"].iloc[0]
     assert [tasks.speedup, tasks["speedup lowest"], tasks["speedup highest"]] == pytest.approx([1.5, 1.3, 1.8])
@@ -450,7 +453,7 @@ def ngram_server(require_engine, cpu):
 
 @pytest.mark.server
 def test_engine_timed_measurements_on_an_ngram_server(ngram_server):
-    from servelab.measure.kv_capacity import engine_capacity
+    from servelab.measure.kv_memory.capacity import engine_capacity
 
     block = engine_capacity(ngram_server)["block_size"]
     costs = live.forward_costs(ngram_server, block, [1, 8], repeats=2, seed=3)

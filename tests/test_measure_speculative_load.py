@@ -6,8 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from servelab.measure import speculative_live as live
-from servelab.measure import speculative_load as load
+from servelab.measure.speculative import live, load
 
 
 def test_batch_costs_price_a_verification_and_the_drafts_passes_at_b():
@@ -33,24 +32,6 @@ def test_batch_costs_price_a_verification_and_the_drafts_passes_at_b():
         load.batch_costs(4, -0.1, 1, flat)
     with pytest.raises(ValueError, match="b"):
         load.batch_costs(4, 0.0, 0, flat)
-
-
-def test_rounds_interleave_where_servers_run_side_by_side():
-    assert load.schedule(["plain", "n-gram"], 2, interleave=True) == [
-        (0, "plain"), (0, "n-gram"), (1, "n-gram"), (1, "plain")]
-    # round r starts at server r mod n: no method always follows plain, and every server runs once per round
-    order = load.schedule(["plain", "a", "b"], 4, interleave=True)
-    assert [n for r, n in order if r == 1] == ["a", "b", "plain"] and [n for r, n in order if r == 3][0] == "plain"
-    assert all(sorted(n for r, n in order if r == i) == ["a", "b", "plain"] for i in range(4))
-    assert [n for r, n in order if r == 2][0] == "b"
-    # in the order they run, plain is not always followed by the same server (round 1 ends with it)
-    assert {order[i + 1][1] for i in range(len(order) - 1) if order[i][1] == "plain"} == {"a", "b"}
-    assert load.schedule(["plain", "n-gram"], 2, interleave=False) == [
-        (0, "plain"), (1, "plain"), (0, "n-gram"), (1, "n-gram")]
-    with pytest.raises(ValueError, match="rounds"):
-        load.schedule(["plain"], 0, interleave=True)
-    with pytest.raises(ValueError, match="distinct"):
-        load.schedule(["plain", "plain"], 1, interleave=True)
 
 
 def test_speedups_pair_each_round_with_the_baselines_same_round():

@@ -19,7 +19,7 @@ from typing import Any
 from servelab.book import execution_key, results
 from servelab.machine import profiles
 from servelab.machine.paths import REPO, results_dir
-from servelab.measure.by_hand import comparable_argv
+from servelab.measure.setup.by_hand import comparable_argv
 
 NOTEBOOKS = REPO / "notebooks"
 

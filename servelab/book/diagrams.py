@@ -6,7 +6,7 @@ how many of its slots hold tokens (fill/size), shared blocks in one colour, and 
 as dashed arrows from the source block to its copy. Everything comes from the allocator's public
 queries, so the picture cannot disagree with the state it shows.
 
-`plot_pressure` and `plot_request_lanes` draw a `servelab.measure.kv_pressure.PressureRun`: the
+`plot_pressure` and `plot_request_lanes` draw a `servelab.measure.paging.pressure.PressureRun`: the
 engine's gauges over time with each eviction marked where the evicted request's own stream paused,
 and one lane per request (queued, generating, paused).
 """
@@ -20,7 +20,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from servelab.book.i18n import N_
 from servelab.book.plots import axes, label
-from servelab.measure.kv_pressure import PressureRun, gauges_catch_up_s
+from servelab.measure.paging.pressure import PressureRun, gauges_catch_up_s
 from servelab.sim.paging import BlockAllocator
 
 FREE, PRIVATE, SHARED, LOGICAL = "#f2f2f2", "#9ecae1", "#fdae6b", "#ffffff"

@@ -20,8 +20,8 @@ import pandas as pd
 
 from servelab.book import claims, results
 from servelab.machine.profiles import Profile
-from servelab.measure import head_to_head as h2h
-from servelab.measure import speculative_load as spec_load
+from servelab.measure.deploying import head_to_head as h2h
+from servelab.measure.speculative import load as spec_load
 
 TIE = 0.10  # ratios within 10% of 1 lean to neither engine, even where every round agrees
 NOT_INDICATIVE = "none: not indicative on cpu (SGLang without its CPU kernels)"

@@ -7,9 +7,8 @@ server claims most of the GPU's memory: there they must run one at a time (`side
 
 `in_rounds` measures several servers in rounds: each round measures every server in turn, round r
 starting with server r mod n, so whatever slows the machine for a while falls on all of them and none
-is always first. Side by side the servers stay up; one at a time (``restart``) every round starts each
-server afresh, or (without it) each server's rounds run back to back, which costs one start a server
-but leaves a drift of the machine between servers unbalanced.
+is always first. Side by side the servers stay up; one at a time every round starts each server afresh
+(rounds x servers starts), so a drift of the machine lands on every server there too.
 """
 
 from __future__ import annotations
@@ -84,6 +83,34 @@ class Lineup:
         server = self.servers[name]
         return server if server.running else server.start()
 
+    def in_rounds(self, rounds: int, measure: Callable[[str, Server, int], T],
+                  prepare: Callable[[str, Server], None] | None = None) -> list[tuple[int, str, T]]:
+        """``measure(name, server, round)`` for every server in every round, as (round, name, result).
+
+        Side by side: every server ``prepare``d once, then each round measures them all in turn, round r
+        starting with the (r mod n)-th. One at a time: the same turns, each server started (a running one is
+        reused once) and ``prepare``d afresh for every round, and stopped after its turn.
+        """
+        rounds = int_at_least("rounds", rounds, 1)
+        names = list(self.servers)
+        turns = [names[r % len(names):] + names[:r % len(names)] for r in range(rounds)]
+        out: list[tuple[int, str, T]] = []
+        if self.together:
+            for name in names:
+                if prepare:
+                    prepare(name, self.take(name))
+            for r, order in enumerate(turns):
+                out += [(r, name, measure(name, self.take(name), r)) for name in order]
+            return out
+        for r, order in enumerate(turns):
+            for name in order:
+                server = self.take(name)  # the one before it stopped
+                if prepare:
+                    prepare(name, server)
+                out.append((r, name, measure(name, server, r)))
+                server.stop()
+        return out
+
     def stop(self) -> None:
         """Stop every server (after any start in progress has finished or failed)."""
         try:
@@ -102,46 +129,11 @@ def side_by_side(profile: Profile) -> bool:
 
 def in_rounds(servers: Mapping[str, Server], rounds: int, *, together: bool,
               measure: Callable[[str, Server, int], T],
-              prepare: Callable[[str, Server], None] | None = None,
-              restart: bool = False) -> list[tuple[int, str, T]]:
-    """``measure(name, server, round)`` for every server in every round, as (round, name, result).
-
-    ``together``: every server started, ``prepare``d once, then each round measures them all in turn,
-    round r starting with the (r mod n)-th. Otherwise one server at a time: with ``restart`` the same turns,
-    each server started and ``prepare``d afresh for every round (rounds x servers starts); without it, each
-    server started, prepared, its rounds back to back, stopped. Every server is stopped at the end, also when
-    a measurement fails.
-    """
-    rounds = int_at_least("rounds", rounds, 1)
-    names = list(servers)
+              prepare: Callable[[str, Server], None] | None = None) -> list[tuple[int, str, T]]:
+    """:meth:`Lineup.in_rounds` on a lineup of ``servers`` of its own; every server is stopped at the end, also when
+    a measurement fails."""
     lineup = Lineup(servers, together=together, background=True)
-    out: list[tuple[int, str, T]] = []
-
-    def turns(r: int) -> list[str]:
-        k = r % len(names)
-        return names[k:] + names[:k]
-
     try:
-        if together:
-            for name in names:
-                if prepare:
-                    prepare(name, lineup.take(name))
-            for r in range(rounds):
-                out += [(r, name, measure(name, lineup.take(name), r)) for name in turns(r)]
-        elif restart:
-            for r in range(rounds):
-                for name in turns(r):
-                    server = lineup.take(name)  # the one before it stopped
-                    if prepare:
-                        prepare(name, server)
-                    out.append((r, name, measure(name, server, r)))
-                    server.stop()
-        else:
-            for name in names:
-                server = lineup.take(name)
-                if prepare:
-                    prepare(name, server)
-                out += [(r, name, measure(name, server, r)) for r in range(rounds)]
+        return lineup.in_rounds(rounds, measure, prepare)
     finally:
         lineup.stop()
-    return out

@@ -7,7 +7,7 @@ from typing import Any
 
 from servelab.machine.profiles import Profile
 from servelab.measure.chapter_servers import Launch, by_name
-from servelab.measure.setup_check import dtype_comparison
+from servelab.measure.setup.check import dtype_comparison
 
 
 def servers(profile: Profile, **parameters: Any) -> dict[str, Launch]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from servelab.machine.profiles import Profile
-from servelab.measure import block_size as blocks
 from servelab.measure.chapter_servers import VLLM_BLOCK_SIZE, Launch, by_name, two_sequences
+from servelab.measure.paging import block_size as blocks
 
 
 def servers(profile: Profile, *, sglang_conservativeness: float, kv_tokens: int | None = None,

@@ -8,8 +8,8 @@ from typing import Any
 from servelab.machine.profiles import Profile
 from servelab.measure.chapter_servers import Launch, by_name
 from servelab.measure.lineup import side_by_side
-from servelab.measure.prefix_burst import one_step_prefill
-from servelab.measure.prefix_cache_live import cache_options
+from servelab.measure.prefix_cache.burst import one_step_prefill
+from servelab.measure.prefix_cache.live import cache_options
 
 
 def servers(profile: Profile, *, kv_tokens: int | None = None, **parameters: Any) -> dict[str, Launch]:

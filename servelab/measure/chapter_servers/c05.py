@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from servelab.machine.profiles import Profile
-from servelab.measure import chunked_prefill_live as live
 from servelab.measure.chapter_servers import Launch, by_name
+from servelab.measure.chunked_prefill import live
 from servelab.measure.lineup import side_by_side
 
 

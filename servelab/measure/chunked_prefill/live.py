@@ -27,7 +27,7 @@ from servelab.engines import flags
 from servelab.engines.engine_side import script
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
-from servelab.measure.chunked_prefill import (
+from servelab.measure.chunked_prefill.streams import (
     budget_options,
     calibrate,
     scenario_specs,
@@ -189,7 +189,7 @@ def measure_rounds(configs: Sequence[LiveConfig], servers: Mapping[str, Any], sc
 
     for engine in dict.fromkeys(c.engine for c in configs):
         group = {c.label: servers[c.label] for c in configs if c.engine == engine}
-        done = in_rounds(group, rounds, together=together, restart=not together, prepare=ready,
+        done = in_rounds(group, rounds, together=together, prepare=ready,
                          measure=lambda label, server, r: measure_round(server, by_label[label], scenario, round=r,
                                                                         seed=seed))
         parts += [runs for _, _, runs in done]

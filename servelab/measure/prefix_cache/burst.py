@@ -27,7 +27,7 @@ import pandas as pd
 from openai import AsyncOpenAI
 
 from servelab.engines.server import Server
-from servelab.measure.prefix_cache_live import _one, flush, send
+from servelab.measure.prefix_cache.live import _one, flush, send
 
 # How each engine holds new requests in its queue without scheduling them, and lets them go: vLLM's
 # ``/pause?mode=keep`` (dev mode; ``PAUSED_ALL``: ``schedule`` takes nothing, ``vllm/v1/engine/core.py``),

@@ -31,8 +31,8 @@ from servelab.engines.server import Server
 from servelab.integers import int_at_least
 from servelab.machine import engine_envs
 from servelab.machine.profiles import Profile
-from servelab.measure.kv_capacity import engine_capacity
-from servelab.measure.prefix_workloads import Message
+from servelab.measure.kv_memory.capacity import engine_capacity
+from servelab.measure.prefix_cache.workloads import Message
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 
 # Each engine's cumulative counters, in tokens: prompt tokens looked up, and those found cached.

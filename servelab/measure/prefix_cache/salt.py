@@ -27,8 +27,8 @@ from servelab.engines.client import run_load
 from servelab.engines.server import Server
 from servelab.integers import int_at_least
 from servelab.machine.profiles import Profile
-from servelab.measure.prefix_cache_live import counters, flush
-from servelab.measure.prefix_workloads import Message
+from servelab.measure.prefix_cache.live import counters, flush
+from servelab.measure.prefix_cache.workloads import Message
 from servelab.measure.rounds import every_round_above, spread
 
 _FORBIDDEN = set("@/\\\x00")  # vLLM refuses a salt with these (validate_cache_salt), or longer than 128

@@ -45,8 +45,8 @@ import pandas as pd
 
 from servelab.engines.metrics import scrape
 from servelab.engines.server import Server
-from servelab.measure.prefix_cache_live import flush
-from servelab.measure.setup_check import run_frontend_programs
+from servelab.measure.prefix_cache.live import flush
+from servelab.measure.setup.check import run_frontend_programs
 from servelab.sim.prefix_cache.radix_tree import RadixTree
 
 

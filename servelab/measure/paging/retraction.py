@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from servelab.engines.server import Server
-from servelab.measure.kv_capacity import engine_capacity
-from servelab.measure.kv_pressure import PressureRun, run_pressure
-from servelab.measure.parallel_sampling import prompt_with_tokens
+from servelab.measure.kv_memory.capacity import engine_capacity
+from servelab.measure.paging.parallel_sampling import prompt_with_tokens
+from servelab.measure.paging.pressure import PressureRun, run_pressure
 from servelab.measure.workloads import long_prompt
 from servelab.sim.prefix_cache.radix_tree import RadixTree
 

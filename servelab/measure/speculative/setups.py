@@ -35,7 +35,7 @@ from servelab.integers import int_at_least
 from servelab.machine import engine_envs, model_shapes, models
 from servelab.machine.draft_models import truncated_copy
 from servelab.machine.profiles import Profile
-from servelab.measure.speculative import llama_parameters, model_parameters
+from servelab.measure.speculative.verification import llama_parameters, model_parameters
 
 _CODE = '''def parse_scores(lines):
     scores = {}

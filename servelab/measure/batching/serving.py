@@ -1,6 +1,6 @@
 """Chapter 01's measurements: prefill against decode, decode batching, and load against latency.
 
-Three sweeps of `vllm bench serve` runs (`servelab.measure.head_to_head.Run`, random prompts, a fixed
+Three sweeps of `vllm bench serve` runs (`servelab.measure.deploying.head_to_head.Run`, random prompts, a fixed
 number of output tokens), sent to either engine with `head_to_head.measure`:
 
 * `prefill_runs`: one request at a time, prompts of several lengths. The time to the first token (TTFT)
@@ -44,9 +44,9 @@ from servelab.engines.server import Server
 from servelab.integers import int_at_least
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
-from servelab.measure.head_to_head import ROUND_SEEDS, Run
-from servelab.measure.kv_capacity import server_info
-from servelab.measure.speculative import Roofline
+from servelab.measure.deploying.head_to_head import ROUND_SEEDS, Run
+from servelab.measure.kv_memory.capacity import server_info
+from servelab.measure.speculative.verification import Roofline
 
 SWEEP_SEEDS = {"prefill": 0, "batch": 10 * ROUND_SEEDS, "rate": 20 * ROUND_SEEDS}
 NAMES = {"prefill": "prefill {:d} tokens", "batch": "batch {:d}", "rate": "rate {:g} req/s"}  # run names

@@ -30,9 +30,9 @@ import pandas as pd
 from servelab.engines.engine_side import script
 from servelab.engines.server import Server
 from servelab.machine import engine_envs
-from servelab.measure import frontend_cache
-from servelab.measure.prefix_burst import common_prefix
-from servelab.measure.prefix_cache_live import counters, flush, send
+from servelab.measure.prefix_cache import frontend_cache
+from servelab.measure.prefix_cache.burst import common_prefix
+from servelab.measure.prefix_cache.live import counters, flush, send
 from servelab.sim.prefix_cache import BlockHashCache
 
 

@@ -16,8 +16,8 @@ every run (`CACHED_COUNTER`), so a table can show that the random runs got no pr
 
 The plan runs in rounds (`plans`: each round with seeds of its own); where both servers fit side by side
 the engines take turns within every round, the one that starts changing from round to round
-(`measure_rounds`), so a slow stretch of the host lands on both; on a GPU, where they do not, each
-server's rounds run back to back. `round_ratios` gives one vLLM/SGLang ratio per run and round, and
+(`measure_rounds`), so a slow stretch of the host lands on both; on a GPU, where they do not, every
+round starts each server afresh, in the same turns. `round_ratios` gives one vLLM/SGLang ratio per run and round, and
 `ratio_spread` their median with the lowest and highest round.
 """
 
@@ -38,7 +38,7 @@ from servelab.engines.server import Server
 from servelab.integers import int_at_least
 from servelab.machine import engine_envs
 from servelab.measure.lineup import in_rounds
-from servelab.measure.prefix_workloads import multi_turn
+from servelab.measure.prefix_cache.workloads import multi_turn
 from servelab.measure.rounds import spread
 
 CLIENT_ENV_ENGINE = "vllm"  # the engine whose venv holds the load generator
@@ -196,7 +196,7 @@ def measure_rounds(servers: Mapping[str, Server], plans: Sequence[Sequence[Run]]
         summary, per_request = measure(server, plans[r], output_tokens=output_tokens, warm=warm if first else None)
         return summary.assign(round=r), per_request.assign(round=r)
 
-    done = in_rounds(servers, len(plans), together=together, measure=one, prepare=started, restart=not together)
+    done = in_rounds(servers, len(plans), together=together, measure=one, prepare=started)
     return (pd.concat([d[0] for _, _, d in done], ignore_index=True),
             pd.concat([d[1] for _, _, d in done], ignore_index=True))
 

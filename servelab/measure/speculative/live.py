@@ -40,9 +40,9 @@ from servelab.engines.metrics import Metrics, delta, scrape
 from servelab.integers import int_at_least
 from servelab.machine import engine_envs, models
 from servelab.machine.profiles import Profile
-from servelab.measure.chunked_prefill import prompt_ids
-from servelab.measure.setup_check import CANDIDATES, Answer, answer_from_choice
-from servelab.measure.speculative import ACCEPTED_PER_POS, DRAFTS, SpecDecodeCounts, spec_decode_counts
+from servelab.measure.chunked_prefill.streams import prompt_ids
+from servelab.measure.setup.check import CANDIDATES, Answer, answer_from_choice
+from servelab.measure.speculative.verification import ACCEPTED_PER_POS, DRAFTS, SpecDecodeCounts, spec_decode_counts
 from servelab.sim.speculative.acceptance import iid_alpha
 
 PREFILL = "vllm:request_prefill_time_seconds"

@@ -1,13 +1,13 @@
 """Chapter 04's scenarios beyond the five workloads: a short prompt sent twice, a loop over documents
 that overflows the cache, and a burst in which fresh prompts arrive ahead of requests reusing a cached
-prefix. Seeded chat requests (``ChatRequest``) like those of :mod:`servelab.measure.prefix_workloads`.
+prefix. Seeded chat requests (``ChatRequest``) like those of :mod:`servelab.measure.prefix_cache.workloads`.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-from servelab.measure.prefix_workloads import ChatRequest
+from servelab.measure.prefix_cache.workloads import ChatRequest
 from servelab.measure.workloads import filler
 
 

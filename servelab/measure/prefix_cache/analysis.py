@@ -1,7 +1,7 @@
 """Chapter 04's calculations on recorded token ids: sweeps, budgets and the exercises' tables.
 
 Every function here replays token ids on our two caches through
-:func:`servelab.measure.prefix_cache_live.predict_hits` (strictly sequential requests, each finished
+:func:`servelab.measure.prefix_cache.live.predict_hits` (strictly sequential requests, each finished
 before the next, no chunked prefill, no output tokens cached), or, for :func:`concurrent_fit`, holds
 requests at once. ``cache`` is ``"block"`` (vLLM's hash-chained blocks) or ``"radix"`` (SGLang's tree).
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from servelab.measure.prefix_cache_live import predict_hits
+from servelab.measure.prefix_cache.live import predict_hits
 from servelab.measure.rounds import every_round_above, spread
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 

@@ -17,12 +17,11 @@ from typing import Any
 import pandas as pd
 
 from servelab.engines import launch
-from servelab.integers import int_at_least
 from servelab.machine import hub, models, profiles
 from servelab.machine.profiles import Profile
-from servelab.measure import speculative_live as live
-from servelab.measure import speculative_load as load
-from servelab.measure.speculative_setups import EAGLE3_HEADS, LLAMA_8B, QWEN_05B, QWEN_3B, QWEN_7B, REPETITIVE, TASKS
+from servelab.measure.lineup import in_rounds
+from servelab.measure.speculative import live, load
+from servelab.measure.speculative.setups import EAGLE3_HEADS, LLAMA_8B, QWEN_05B, QWEN_3B, QWEN_7B, REPETITIVE, TASKS
 
 
 @dataclass(frozen=True)
@@ -98,17 +97,6 @@ def gpu_commands(k: int = 4) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _measure_rounds(launch_: Any, profile: Profile, task_tokens: int, concurrency: Sequence[int], sweep_tokens: int,
-                    rounds: int) -> list[tuple[Any, pd.DataFrame]]:
-    """One declared server, started alone: the chapter's untimed warm-up, then ``rounds`` rounds back to back,
-    each the greedy tasks one request at a time and the sweep's waves (answers, then waves, per round)."""
-    prompts = [TASKS[name] for name in REPETITIVE]
-    with launch_.server(profile) as server:
-        live.warm_up(server, TASKS, task_tokens, prompts, min(concurrency), sweep_tokens)
-        return [(live.answer_tasks(server, TASKS, task_tokens), live.sweep(server, prompts, concurrency, sweep_tokens))
-                for _ in range(int_at_least("rounds", rounds, 1))]
-
-
 def _over_rounds(rates: pd.DataFrame, by: Sequence[str], value: str, rounds: int) -> pd.DataFrame:
     """Per ``by``: the speculative server's speedup over plain in each round, as its median, lowest and highest
     round, and whether every round agrees (``against 1``)."""
@@ -120,13 +108,20 @@ def _over_rounds(rates: pd.DataFrame, by: Sequence[str], value: str, rounds: int
 def measure_run(plain: Any, speculative: Any, profile: Profile, task_tokens: int, concurrency: Sequence[int],
                 sweep_tokens: int, rounds: int = 1) -> pd.DataFrame:
     """One GPU run (two declared servers, servelab.measure.chapter_servers.Launch: the target plain and with
-    speculation), one server at a time, each warmed up untimed and then measured ``rounds`` times: the decode
+    speculation), one server at a time in ``rounds`` rounds, each round starting both afresh in turn
+    (:func:`servelab.measure.lineup.in_rounds`) and warming each start up untimed: the decode
     speedup (median of the rounds, with the lowest and highest round) and tokens per verification on the greedy
     tasks (one request at a time, the mean over the tasks in each round, with whether every answer kept its tokens)
     and per concurrency on the sweep's waves. The counters and tokens are the first round's (greedy: every round
     gives the same)."""
-    got = {label: _measure_rounds(launch_, profile, task_tokens, concurrency, sweep_tokens, rounds)
-           for label, launch_ in (("plain", plain), ("speculative", speculative))}
+    prompts = [TASKS[name] for name in REPETITIVE]
+    done = in_rounds({"plain": plain.server(profile), "speculative": speculative.server(profile)}, rounds,
+                     together=False,
+                     prepare=lambda _, server: live.warm_up(server, TASKS, task_tokens, prompts, min(concurrency),
+                                                            sweep_tokens),
+                     measure=lambda _, server, r: (live.answer_tasks(server, TASKS, task_tokens),
+                                                   live.sweep(server, prompts, concurrency, sweep_tokens)))
+    got = {label: [result for _, name, result in done if name == label] for label in ("plain", "speculative")}
     per_task = pd.concat([t.table.assign(method=label, round=r) for label, runs in got.items()
                           for r, (t, _) in enumerate(runs)], ignore_index=True)
     per_b = pd.concat([w.assign(method=label, round=r) for label, runs in got.items()

@@ -4,7 +4,7 @@ over interleaved rounds, and the chance that a method with no effect looks resol
 wave holds.
 
 The sweep itself (waves of b identical requests, timed by the engine) is
-:func:`servelab.measure.speculative_live.sweep`; everything here is arithmetic on what it and the
+:func:`servelab.measure.speculative.live.sweep`; everything here is arithmetic on what it and the
 forward-cost measurement returned.
 """
 
@@ -21,7 +21,7 @@ NOT_RESOLVED = "not resolved with {rounds}"  # spread_verdict's third answer; {r
 
 def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float]) -> tuple[float, float]:
     """(draft step, verification) with ``b`` requests decoding together, in plain steps over b tokens,
-    to give :func:`~servelab.measure.speculative_live.predicted_speedup` (per request) as its c and
+    to give :func:`~servelab.measure.speculative.live.predicted_speedup` (per request) as its c and
     ``verify_cost``.
 
     A plain step is a pass over b tokens, v(b); a verification one over b (k + 1). A draft model's k
@@ -35,20 +35,6 @@ def batch_costs(k: int, c: float, b: int, verify_cost: Callable[[float], float])
         raise ValueError(f"c must be >= 0 (a draft step in target steps), got {c}")
     step = verify_cost(b)
     return c * (verify_cost(b * (k + 2)) / step + k - 1) / k, verify_cost(b * (k + 1)) / step
-
-
-def schedule(names: Sequence[str], rounds: int, interleave: bool) -> list[tuple[int, str]]:
-    """(round, server) in the order they are measured. Interleaved, every round measures every server once,
-    so whatever else slows the machine for a while falls on all of them alike and a ratio of two servers in
-    one round cancels it; round r starts at server r mod n, so no server always follows the same one.
-    Otherwise (one server fits at a time: a GPU) each server runs its rounds back to back."""
-    rounds = int_at_least("rounds", rounds, 1)
-    if not names or len(set(names)) != len(names):
-        raise ValueError(f"schedule needs distinct server names, got {list(names)}")
-    if interleave:
-        n = len(names)
-        return [(r, names[(r + i) % n]) for r in range(rounds) for i in range(n)]
-    return [(r, n) for n in names for r in range(rounds)]
 
 
 def round_speedups(rates: pd.DataFrame, by: Sequence[str], value: str, baseline: str = "plain") -> pd.DataFrame:
