@@ -67,7 +67,7 @@ from matplotlib import pyplot as plt
 from servelab.book import banner, results
 from servelab.book.claims import load as load_ledger
 from servelab.book.diagrams_head_to_head import draw_sweep
-from servelab.book.i18n import N_
+from servelab.book.i18n import N_, t
 from servelab.book.selection_guide import guide
 from servelab.engines import flags
 from servelab.measure.deploying import head_to_head as h2h
@@ -518,7 +518,8 @@ for _, row in recipes.explanations(book).iterrows():
 selection = guide(saved.parent, prof, load_ledger())
 results.save("selection_guide", selection, prof)
 for _, row in selection.iterrows():
-    print(f"{row.situation}\n  measured: {row.measured}\n  leaning: {row.leaning}\n  evidence: {row.evidence}")
+    print(f"{row.situation}\n  {t('measured')}: {row.measured}\n  {t('leaning')}: {row.leaning}\n"
+          f"  {t('evidence')}: {row.evidence}")
 
 # %% [markdown]
 # Read it as where to start, not as a verdict: each row is a few rounds on one machine, and the
