@@ -90,6 +90,32 @@ def test_translated_pages_show_their_catalogs(books):
     assert "<h1>Introduction" in (books / "en" / "book" / "intro.html").read_text()
 
 
+@pytest.mark.book
+def test_translated_books_show_their_title_and_part_captions(books):
+    from servelab.book import sphinx_run
+
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    for lang in LANGUAGES:
+        page = (books / lang / "notebooks" / "03_paged_attention.html").read_text()
+        captions = catalogs.translation(lang, "book/intro") if lang != "en" else {}
+        for part in toc["parts"]:
+            assert f'<span class="caption-text">{captions.get(part["caption"], part["caption"])}</span>' in page, lang
+        assert sphinx_run.translated_title(lang) in page, lang
+    assert sphinx_run.translated_title("ja") != sphinx_run.TITLE
+
+
+def test_the_translated_toc_changes_only_the_captions(tmp_path):
+    from servelab.book import sphinx_run
+
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    ja = yaml.safe_load(sphinx_run.translated_toc("ja", tmp_path).read_text())
+    captions = catalogs.translation("ja", "book/intro")
+    assert [p["chapters"] for p in ja["parts"]] == [p["chapters"] for p in toc["parts"]] and ja["root"] == toc["root"]
+    assert [p["caption"] for p in ja["parts"]] == [captions[p["caption"]] for p in toc["parts"]]
+    config = yaml.safe_load((REPO / "_config.yml").read_text())
+    assert config["title"] == sphinx_run.TITLE  # the msgid the translated builds look up
+
+
 def test_the_commit_says_when_the_checkout_was_edited(tmp_path, monkeypatch):
     import subprocess
 

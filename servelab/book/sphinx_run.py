@@ -5,6 +5,11 @@ Jupyter Book's own `build_sphinx` (what its CLI calls: `_config.yml` and `_toc.y
 configuration, no conf.py is written) with `language` and the builder overridden. Each build runs in
 its own process (`run`), since Sphinx and docutils keep global state, and each language gets its own
 doctree folder (the gettext builder cannot share doctrees with an HTML build).
+
+A translated build gets the book's title and the sidebar's part captions in its language: the title from the
+`servelab` catalog (`TITLE`, which a test keeps equal to `_config.yml`'s), the captions from the intro's
+catalog, where Sphinx extracts them, written into a table of contents of its own beside its doctrees
+(sphinx-external-toc inserts the toctrees after Sphinx has translated the page, so it never sees them).
 """
 
 from __future__ import annotations
@@ -13,9 +18,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
+from servelab.book.i18n import N_
 from servelab.machine.paths import REPO
 
 BUILDERS = ("html", "gettext")
+TITLE = N_("servelab: how LLM serving engines manage memory and time")
 
 
 def command(builder: str, out: Path, doctrees: Path, language: str = "en") -> list[str]:
@@ -33,11 +42,34 @@ def run(builder: str, out: Path, doctrees: Path, language: str = "en", quiet: bo
         raise RuntimeError(f"the Sphinx {builder} build ({language}) failed: its warnings, printed above, are errors")
 
 
+def translated_toc(language: str, folder: Path) -> Path:
+    """`_toc.yml` with every part's caption in `language` (from the intro's catalog), written into `folder`."""
+    from servelab.book import catalogs
+
+    captions = catalogs.translation(language, "book/intro")
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    for part in toc.get("parts", []):
+        part["caption"] = captions.get(part["caption"], part["caption"])
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"_toc.{language}.yml"
+    out.write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False))
+    return out
+
+
+def translated_title(language: str) -> str:
+    from servelab.book import catalogs
+
+    return catalogs.translation(language, "servelab").get(TITLE, TITLE) if language != "en" else TITLE
+
+
 def _main(argv: list[str]) -> int:
     from jupyter_book.sphinx import build_sphinx
 
     builder, out, doctrees, language = argv[:4]
     overrides = {"language": language, "latex_individualpages": False}
+    if language != "en" and builder == "html":
+        overrides |= {"html_title": translated_title(language),
+                      "external_toc_path": str(translated_toc(language, Path(doctrees)))}
     result = build_sphinx(str(REPO), str(out), noconfig=True, path_config=str(REPO / "_config.yml"),
                           confoverrides=overrides, doctreedir=str(doctrees), builder=builder,
                           warningiserror=True, keep_going=True, quiet="--quiet" in argv)
