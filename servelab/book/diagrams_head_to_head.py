@@ -12,10 +12,11 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib import pyplot as plt
 
+from servelab.book.i18n import N_
 from servelab.book.plots import axes, label
 
 COLORS = {"vllm": "tab:blue", "sglang": "tab:orange"}
-LATENCY = {"ttft": "Time to first token", "itl": "Inter-token latency"}
+LATENCY = {"ttft": N_("Time to first token"), "itl": N_("Inter-token latency")}
 
 
 def draw_sweep(rows: pd.DataFrame, x: str, rate: tuple[str, str, str], xlabel: str, *,
