@@ -149,12 +149,16 @@ def code_text(text: str) -> str:
                      if i not in docstrings and (i in inside or line.strip()))
 
 
+def code_identity(cell: Any) -> list:
+    """What of one code cell its run depends on: its source and its sorted tags (`prose.merged` compares these)."""
+    return [cell.source, sorted(cell.metadata.get("tags", []))]
+
+
 def chapter_code(source: Path) -> str:
     """A chapter's code cells, each with its tags, in order: what its execution depends on (not its markdown)."""
     import jupytext
 
-    cells = [c for c in jupytext.read(source).cells if c.cell_type == "code"]
-    return json.dumps([[c.source, sorted(c.metadata.get("tags", []))] for c in cells])
+    return json.dumps([code_identity(c) for c in jupytext.read(source).cells if c.cell_type == "code"])
 
 
 def fingerprint(path: Path, chapter: bool = False) -> str:

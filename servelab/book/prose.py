@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servelab.book.execution_key import code_identity
+
 INJECTED = "injected-parameters"  # the cell papermill adds after the parameters cell
 
 
@@ -36,7 +38,7 @@ def merged(source: Path):
         raise CodeChanged(f"{source.stem}: {len(code)} code cells in the source, {len(ran)} executed; "
                           f"re-execute it: python -m servelab notebooks {source.stem}")
     for i, (new, old) in enumerate(zip(code, ran, strict=True), 1):
-        if new.source != old.source or _tags(new) != _tags(old):
+        if code_identity(new) != code_identity(old):
             first = (new.source.splitlines() or [""])[0][:50]
             raise CodeChanged(f"{source.stem}: code cell {i} ({first!r}) differs from the executed one; "
                               f"re-execute it: python -m servelab notebooks {source.stem}")
