@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from typing import NoReturn
 
 from servelab.machine import profiles
 
@@ -15,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
         from servelab.doctor import main as doctor
 
         return doctor(argv[1:])
-    parser = argparse.ArgumentParser(prog="servelab", description=__doc__)
+    parser = _Parser(prog="servelab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_setup = sub.add_parser("setup", help="build engine venvs and prepare models for a profile")
     p_setup.add_argument("--profile", default="auto")
@@ -41,15 +42,24 @@ def main(argv: list[str] | None = None) -> int:
     p_plan.add_argument("--commands", action="store_true", help="print every launch command")
     p_book = sub.add_parser("book", help="build the HTML book into _build/html/<lang>/ (every language)")
     p_book.add_argument("--lang", action="append", help="build only this language (repeatable): en ja ko de es")
-    p_lab = sub.add_parser("lab", help="setup + notebooks + book + translated notebooks")
+    p_lab = sub.add_parser("lab", help="setup + notebooks + book + translated notebooks, all into work/ "
+                           "(git-ignored; the committed notebooks and results/ stay as they are)")
     p_lab.add_argument("--profile", default="auto")
     p_lab.add_argument("--lang", action="append", help="build the book only in this language (repeatable)")
+    p_lab.add_argument("--in-place", action="store_true", help="regenerate the committed notebooks and results/ "
+                       "and build into _build/html/ instead (maintainers)")
     sub.add_parser("doctor", help="check this machine before a workshop (--lang, --json, --engines); "
                    "python -m servelab doctor --help")
     p_tr = sub.add_parser("translations", help="catalogs under locales/: update, check, todo, apply, notebooks")
     p_tr.add_argument("action", choices=["update", "check", "todo", "apply", "notebooks"])
     p_tr.add_argument("args", nargs="*", help="todo LANG DOMAIN | apply LANG DOMAIN FILE.po | notebooks [LANG]")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # one line naming them and what the command accepts, not argparse's usage block
+        accepted = [o for a in sub.choices[args.command]._actions for o in a.option_strings
+                    if o.startswith("--") and o != "--help"]
+        print(f"servelab: error: unknown argument(s) for {args.command}: {' '.join(unknown)}; accepted: "
+              f"{', '.join(accepted)}", file=sys.stderr)
+        return 2
 
     try:
         if args.command in ("setup", "notebooks", "lab", "keys", "plan"):
@@ -77,14 +87,10 @@ def main(argv: list[str] | None = None) -> int:
 
             build_book(languages=tuple(args.lang or ()))
         elif args.command == "lab":
-            from servelab.book import translated_notebooks
-            from servelab.book.catalogs import TRANSLATED
-            from servelab.book.chapters import build_book, run_notebooks
+            from servelab.book import workspace
+
             _setup_profile(args.profile)
-            run_notebooks(args.profile)
-            build_book(languages=tuple(args.lang or ()))
-            for lang in TRANSLATED:
-                translated_notebooks.write(lang)
+            workspace.lab(args.profile, tuple(args.lang or ()), in_place=args.in_place)
         elif args.command == "translations":
             from servelab.book.translations_cli import translations
 
@@ -101,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"servelab: error: {err.strerror or type(err).__name__}{what}", file=sys.stderr)
         return 2
     return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake on the command line is one line (`servelab: error: ...`), like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"servelab: error: {message}\n")
 
 
 def _one_line(err: BaseException) -> str:

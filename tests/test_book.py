@@ -74,7 +74,17 @@ def test_every_page_links_to_itself_in_every_language(books):
             up = "../" * (name.count("/") + 1)
             assert links == [f"{up}{other}/{name}.html" for other in LANGUAGES if other != lang], (lang, name)
             assert all((books / lang / name).parent.joinpath(link).resolve().is_file() for link in links)
-    assert 'url=en/index.html' in (books / "index.html").read_text()
+    landing = re.findall(r'href="([^"]+)"', (books / "index.html").read_text())
+    assert landing == [f"{lang}/index.html" for lang in LANGUAGES] * 2  # <link rel="alternate"> and the list
+    assert all((books / link).is_file() for link in landing)
+
+
+@pytest.mark.book
+def test_chapters_have_no_launch_buttons(html):
+    """_config.yml turns them off (tests/test_book_publishing.py says why); the pages show none."""
+    for source in chapters.sources():
+        page = (html / "notebooks" / f"{source.stem}.html").read_text()
+        assert "colab.research.google.com" not in page and "mybinder" not in page and "launch-buttons" not in page
 
 
 @pytest.mark.book

@@ -153,14 +153,12 @@ def test_setup_and_lab_download_every_model_the_chapters_start(monkeypatch):
     """`./lab.sh` (the `lab` command) and `setup` both hand setup the plan's hub models, so chapter 06's 7B is on
     disk before its server starts, not fetched inside the engine's start window."""
     from servelab import cli
-    from servelab.book import chapters, translated_notebooks
+    from servelab.book import workspace
     from servelab.machine import provision
 
     calls = []
     monkeypatch.setattr(provision, "setup", lambda name, hub_models=(): calls.append((name, list(hub_models))))
-    monkeypatch.setattr(chapters, "run_notebooks", lambda *a, **k: None)
-    monkeypatch.setattr(chapters, "build_book", lambda *a, **k: None)
-    monkeypatch.setattr(translated_notebooks, "write", lambda *a, **k: None)
+    monkeypatch.setattr(workspace, "lab", lambda *a, **k: None)  # the chapters, the book, the translated notebooks
     assert cli.main(["setup", "--profile", "gpu-24g"]) == 0
     assert cli.main(["lab", "--profile", "gpu-24g"]) == 0
     assert [name for name, _ in calls] == ["gpu-24g", "gpu-24g"] and calls[0] == calls[1]

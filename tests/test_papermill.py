@@ -94,8 +94,9 @@ def test_failed_run_leaves_the_committed_notebook_untouched_and_keeps_the_failed
 def test_keep_going_runs_every_chapter_and_names_each_failure(tmp_path, monkeypatch):
     ran = []
 
-    def execute(source, parameters):
+    def execute(source, output, parameters):
         ran.append(source.stem)
+        assert output is None, "in place"
         if source.stem != "b":
             raise chapters.NotebookFailed(f"{source.name}: cell 1 raised X")
 

@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
 CPU = WORKFLOWS / "book-cpu.yml"
 GPU = WORKFLOWS / "book-gpu.yml"
+PAGES = WORKFLOWS / "book-pages.yml"
+BOOK_COMMAND = ".venv/bin/python -m servelab book"
 CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
 GPU_PROFILES = ["auto", "gpu-24g", "gpu-80g"]
 TEST_COMMAND = "./test.sh"
@@ -66,7 +68,7 @@ def uses(workflow: dict[str, Any], action: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("schema", ["vendor.github-workflows", "custom.github-workflows-require-timeout"])
 def test_workflows_are_valid(schema: str) -> None:
-    result = validate(schema, CPU, GPU)
+    result = validate(schema, CPU, GPU, PAGES)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -162,6 +164,42 @@ def test_gpu_workflow_runs_setup_papermill_and_checks_each_notebook_once() -> No
     assert notebooks["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
     (python,) = uses(workflow, "actions/setup-python")
     assert str(python["with"]["python-version"]) == "3.11"
+
+
+def test_every_workflow_is_validated() -> None:
+    assert sorted(WORKFLOWS.glob("*.y*ml")) == sorted([CPU, GPU, PAGES])
+
+
+def test_pages_workflow_builds_the_committed_book_and_deploys_it_with_the_pages_actions() -> None:
+    """On pushes to main: the kernel venv, the five-language book from the committed notebooks (nothing executed,
+    no engine set up), the site folder uploaded as the Pages artifact; a second job deploys it to github-pages."""
+    workflow = load(PAGES)
+    assert workflow["on"]["push"] == {"branches": ["main"]} and set(workflow["on"]) <= {"push", "workflow_dispatch"}
+    assert workflow["permissions"] == {"contents": "read"}, "the workflow's default stays read-only"
+    assert workflow["concurrency"]["cancel-in-progress"] is False, "a deployment under way is never cancelled"
+    build, deploy = workflow["jobs"]["build"], workflow["jobs"]["deploy"]
+    assert build["runs-on"] == deploy["runs-on"] == "ubuntu-latest"
+    steps = build["steps"]
+    lines = [" ".join(line.split()) for step in steps for line in str(step.get("run", "")).splitlines() if line]
+    assert lines == ["source scripts/bootstrap.sh", BOOK_COMMAND], "no setup, no notebooks, no engine: only the book"
+    action = [str(step.get("uses", "")).split("@")[0] for step in steps]
+    assert action == ["actions/checkout", "actions/setup-python", "", "", "actions/configure-pages",
+                      "actions/upload-pages-artifact"]
+    assert str(steps[1]["with"]["python-version"]) == "3.11"
+    from servelab.book import chapters
+
+    assert REPO / steps[-1]["with"]["path"] == chapters.REPO / "_build" / "html", "what `servelab book` writes"
+    assert build["permissions"] == {"contents": "read", "pages": "read"}
+    assert deploy["needs"] == "build"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["environment"] == {"name": "github-pages", "url": "${{ steps.deployment.outputs.page_url }}"}
+    (step,) = deploy["steps"]
+    assert step["id"] == "deployment" and step["uses"].split("@")[0] == "actions/deploy-pages"
+    from servelab import cli
+
+    with pytest.raises(SystemExit) as done:  # the command exists and takes no option the workflow forgot
+        cli.main([*shlex.split(BOOK_COMMAND)[3:], "--help"])
+    assert done.value.code == 0
 
 
 def test_readme_names_the_commands_the_workflows_run() -> None:

@@ -143,9 +143,11 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
     return output
 
 
-def run_notebooks(profile: str = "auto", names: list[str] | None = None, keep_going: bool = False) -> dict[str, float]:
-    """Execute the chapters in place on `profile`; returns seconds per notebook. With `keep_going`, a failed
-    chapter does not stop the ones after it: all run, then NotebookFailed names every one that failed."""
+def run_notebooks(profile: str = "auto", names: list[str] | None = None, keep_going: bool = False,
+                  out: Path | None = None) -> dict[str, float]:
+    """Execute the chapters on `profile`, in place (the committed notebooks) or into the folder `out` (a workspace,
+    `servelab.book.workspace`); returns seconds per notebook. With `keep_going`, a failed chapter does not stop
+    the ones after it: all run, then NotebookFailed names every one that failed."""
     times: dict[str, float] = {}
     failed: list[str] = []
     parameters = {} if profile == "auto" else {"profile": profile}
@@ -153,7 +155,7 @@ def run_notebooks(profile: str = "auto", names: list[str] | None = None, keep_go
         t0 = time.monotonic()
         print(f"[notebooks] {source.name} ...", flush=True)
         try:
-            execute(source, parameters=parameters)
+            execute(source, output=out / f"{source.stem}.ipynb" if out else None, parameters=parameters)
         except NotebookFailed as err:
             if not keep_going:
                 raise
@@ -166,11 +168,12 @@ def run_notebooks(profile: str = "auto", names: list[str] | None = None, keep_go
     return times
 
 
-def build_book(out: Path | None = None, *, languages: tuple[str, ...] | None = None) -> Path:
+def build_book(out: Path | None = None, *, languages: tuple[str, ...] | None = None, source: Path = REPO) -> Path:
     """Build the HTML book in each language into `<out>/_build/html/<lang>/` (default: every language), warnings
-    as errors, each language with its own doctree folder; `<out>/_build/html/index.html` leads to them.
-    Returns `<out>/_build/html`. The catalogs under locales/ translate the prose; pages show the committed
-    English notebooks' outputs (their figures were drawn in English)."""
+    as errors, each language with its own doctree folder; `<out>/_build/html/index.html` is the landing page that
+    links the five. Returns `<out>/_build/html`. The catalogs under locales/ translate the prose; pages show the
+    executed English notebooks' outputs (their figures were drawn in English): the committed ones, or those of
+    the Sphinx source folder `source` (a workspace, `servelab.book.workspace`)."""
     from servelab.book import sphinx_run
     from servelab.book.i18n import LANGUAGES, check_languages
 
@@ -178,10 +181,9 @@ def build_book(out: Path | None = None, *, languages: tuple[str, ...] | None = N
     build = (out or REPO) / "_build"
     for lang in languages:
         t0 = time.monotonic()
-        sphinx_run.run("html", build / "html" / lang, build / "doctrees" / lang, lang)
+        sphinx_run.run("html", build / "html" / lang, build / "doctrees" / lang, lang, source=source)
         print(f"[book] {lang}: {time.monotonic() - t0:.0f} s -> {build / 'html' / lang}", flush=True)
-    links = "".join(f'<li><a hreflang="{lang}" href="{lang}/index.html">{lang}</a></li>' for lang in LANGUAGES)
-    (build / "html" / "index.html").write_text(
-        '<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0; url=en/index.html">'
-        f"<title>servelab</title></head><body><ul>{links}</ul></body></html>\n")
+    built = [lang for lang in LANGUAGES if (build / "html" / lang / "index.html").is_file()]  # this run's, earlier
+    (build / "html").mkdir(parents=True, exist_ok=True)
+    (build / "html" / "index.html").write_text(sphinx_run.landing_page(built), encoding="utf-8")
     return build / "html"

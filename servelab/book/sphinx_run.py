@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 import yaml
@@ -27,15 +28,18 @@ BUILDERS = ("html", "gettext")
 TITLE = N_("servelab: how LLM serving engines manage memory and time")
 
 
-def command(builder: str, out: Path, doctrees: Path, language: str = "en") -> list[str]:
+def command(builder: str, out: Path, doctrees: Path, language: str = "en", source: Path = REPO) -> list[str]:
     if builder not in BUILDERS:
         raise ValueError(f"unknown Sphinx builder {builder!r}; accepted: {', '.join(BUILDERS)}")
-    return [sys.executable, "-m", "servelab.book.sphinx_run", builder, str(out), str(doctrees), language]
+    return [sys.executable, "-m", "servelab.book.sphinx_run", builder, str(out), str(doctrees), language, str(source)]
 
 
-def run(builder: str, out: Path, doctrees: Path, language: str = "en", quiet: bool = True) -> None:
-    """Build into `out` with warnings as errors; raises RuntimeError (Sphinx's warnings are on stderr)."""
-    cmd = command(builder, out, doctrees, language)
+def run(builder: str, out: Path, doctrees: Path, language: str = "en", quiet: bool = True,
+        source: Path = REPO) -> None:
+    """Build the book whose source folder is `source` (the checkout, or a workspace that links its pages and holds
+    its own executed notebooks) into `out` with warnings as errors; raises RuntimeError (Sphinx's warnings are on
+    stderr)."""
+    cmd = command(builder, out, doctrees, language, source)
     if quiet:
         cmd.append("--quiet")
     if subprocess.run(cmd).returncode != 0:
@@ -62,15 +66,34 @@ def translated_title(language: str) -> str:
     return catalogs.translation(language, "servelab").get(TITLE, TITLE) if language != "en" else TITLE
 
 
+def languages_named() -> dict[str, str]:
+    """Each language's own name (English, 日本語, ...), as the language switcher shows it (`_config.yml`)."""
+    config = yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
+    return dict(config["sphinx"]["config"]["html_context"]["servelab_languages"])
+
+
+def landing_page(languages: list[str] | tuple[str, ...]) -> str:
+    """The page at the root of the built books (`_build/html/index.html`, the published site's first page): a link
+    to each language's book, under the book's title in that language."""
+    names = languages_named()
+    links = "".join(f'<li lang="{lang}"><a hreflang="{lang}" href="{lang}/index.html">{escape(names[lang])}</a>: '
+                    f"{escape(translated_title(lang))}</li>\n" for lang in languages)
+    alternates = "".join(f'<link rel="alternate" hreflang="{lang}" href="{lang}/index.html">\n' for lang in languages)
+    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{escape(TITLE)}</title>\n{alternates}</head>\n<body>\n<main>\n<h1>servelab</h1>\n"
+            f"<ul>\n{links}</ul>\n</main>\n</body>\n</html>\n")
+
+
 def _main(argv: list[str]) -> int:
     from jupyter_book.sphinx import build_sphinx
 
-    builder, out, doctrees, language = argv[:4]
+    builder, out, doctrees, language, source = argv[:5]
     overrides = {"language": language, "latex_individualpages": False}
     if language != "en" and builder == "html":
         overrides |= {"html_title": translated_title(language),
                       "external_toc_path": str(translated_toc(language, Path(doctrees)))}
-    result = build_sphinx(str(REPO), str(out), noconfig=True, path_config=str(REPO / "_config.yml"),
+    result = build_sphinx(source, str(out), noconfig=True, path_config=str(Path(source) / "_config.yml"),
                           confoverrides=overrides, doctreedir=str(doctrees), builder=builder,
                           warningiserror=True, keep_going=True, quiet="--quiet" in argv)
     return result if isinstance(result, int) else 1
