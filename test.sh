@@ -9,7 +9,7 @@
 # checked as committed (key, check cells, no newer input). The run prints which, and why.
 #
 # ./test.sh --all: re-execute every chapter.
-# ./test.sh --fast: lint and the fast tests only (no engine venv, no server, no book build; about two
+# ./test.sh --fast: lint and the fast tests only (no engine venv, no server, no book build, no browser; about two
 # minutes). Sets up no engine; SERVELAB_FAST=1 points SERVELAB_HOME at an empty folder for the run,
 # so a test that needs an engine venv or the model but is not marked for it fails (tests/conftest.py).
 set -euo pipefail
@@ -17,7 +17,7 @@ source "$(dirname "$0")/scripts/bootstrap.sh"
 if [ "${1:-}" = --fast ]; then
   shift
   ruff check .
-  SERVELAB_FAST=1 exec python -m pytest -m "not (engine_venv or server or book or executed)" tests \
+  SERVELAB_FAST=1 exec python -m pytest -m "not (engine_venv or server or book or executed or browser)" tests \
     -p no:cacheprovider "$@"
 fi
 all=()
@@ -29,6 +29,15 @@ start=$(date +%s)
 python -m servelab setup --profile cpu
 [ "$(python -c 'from servelab.machine.profiles import detect; print(detect())')" = cpu ] || python -m servelab setup
 echo "[test] setup took $(( $(date +%s) - start )) s"
+# The browser tests (marker `browser`) drive headless Chromium. Without one on PATH, root installs Debian's package
+# (about 10 s); anywhere else those tests fail, naming what to install.
+if [ -z "${SERVELAB_CHROMIUM:-}" ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
+    && ! command -v google-chrome >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  start=$(date +%s)
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+    >/dev/null; } || echo "[test] could not install chromium: the browser tests will fail" >&2
+  echo "[test] chromium set-up took $(( $(date +%s) - start )) s"
+fi
 ruff check .
 stale=$(mktemp)
 python -m servelab keys --profile cpu "${all[@]}" --write "$stale"

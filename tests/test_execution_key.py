@@ -43,6 +43,15 @@ def test_an_f_string_names_a_script_only_when_it_spells_one(tmp_path):
     assert {"vllm_memory_defaults.py", "sglang_memory_defaults.py"} <= {p.name for p in execution_key.closure(source)}
 
 
+def test_a_figure_s_embedded_script_and_style_are_inputs_of_a_chapter_that_draws_it(tmp_path):
+    source = tmp_path / "08_x.py"
+    source.write_text("from servelab.book import kv_event_figure\n")
+    found = {str(p.relative_to(REPO)) for p in execution_key.closure(source) if p.is_relative_to(REPO)}
+    assert {"servelab/book/kv_event_figure.js", "servelab/book/kv_event_figure.css",
+            "servelab/book/kv_event_frame.py"} <= found
+    assert not {p for p in _closure("04_prefix_caching") if p.endswith((".js", ".css"))}
+
+
 def test_a_chapter_does_not_depend_on_what_it_never_reaches():
     found = _closure("02_kv_cache_memory")
     assert "servelab/data/claims.toml" not in found and "servelab/book/claims.py" not in found

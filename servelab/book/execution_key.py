@@ -2,7 +2,8 @@
 
 A chapter's inputs are its jupytext source; every servelab module it imports, followed transitively (imports
 inside functions too) with the packages' `__init__` files; the files those modules name in their strings
-(engine-side scripts run inside an engine venv, the SGLang stand-in, data files under `servelab/data/`);
+(engine-side scripts run inside an engine venv, the SGLang stand-in, data files under `servelab/data/`, the
+scripts and styles a figure embeds);
 every pins file and lock once `engine_envs.toml` is among them; the kernel venv's lock; and the results of
 other chapters it read while it ran (recorded then, see `servelab.book.results`). The key is a hash of
 what of those files can change a run (`fingerprint`) and the profile: the chapter's code cells, a Python
@@ -31,6 +32,9 @@ PACKAGE = REPO / "servelab"
 # Code that is not imported but run by path (inside an engine venv); named by file name in strings.
 BY_NAME = [PACKAGE / "engines" / "engine_side", PACKAGE / "machine" / "venv_scripts"]
 STAND_IN = PACKAGE / "engines" / "sgl_kernel_stand_in"
+# Files a module reads at run time and puts into a chapter's output (a figure's inline script and style), named by
+# file name in its strings.
+ASSETS = ("*.js", "*.css")
 METADATA = "servelab"
 
 
@@ -97,6 +101,7 @@ def _named_files() -> list[Path]:
 def closure(source: Path) -> list[Path]:
     """Every file the chapter at `source` depends on (see the module docstring), sorted."""
     named, data = _named_files(), sorted(DATA.glob("*.toml"))
+    data += sorted(p for pattern in ASSETS for p in PACKAGE.rglob(pattern))
     seen: set[Path] = set()
     todo = [source]
     while todo:
