@@ -128,7 +128,7 @@ print("free list after B finishes, next block first:", alloc.free_block_ids())
 #
 # To preempt a request is to free its blocks and send it back to the queue; when it is
 # readmitted, it computes its KV again. Every step, each slot of the KV capacity is used,
-# reserved but empty, wasted in a hole, or idle.
+# reserved but empty, wasted in a hole, free but too small for the request waiting, or idle.
 #
 # :::{dropdown} How we know: the simulated workload
 # The workload's prompt and output lengths follow log-normal distributions with the mean lengths
@@ -417,7 +417,8 @@ plt.show()
 # chat template, tokenization), which on this machine shares its cores with the busy engine. The
 # grey band marks those seconds: it ends at the first sample in which the gauges count every
 # request the client had in flight (`gauges_catch_up_s` in `servelab/measure/paging/pressure.py`).
-# SGLang updates its gauges after a step, so on SGLang the band also holds its first prefill step.
+# SGLang's running gauge counts a newly prefilled request only at its next decode report, so on SGLang
+# the band lasts until the first decode step after the first prefill.
 # :::
 #
 # Each lane below is one request. A preempted one waits, then recomputes its prompt and the tokens
@@ -556,6 +557,7 @@ display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegp
 # blocks into its free queue with their prefix-cache hashes, so every full block, of the prompt and
 # of the generated tokens, stays findable until it is reused. SGLang stores a request's prompt in
 # its radix tree as soon as the prompt is prefilled (`checkpoint_kv_cache` in
+# `sglang/srt/mem_cache/common.py`, called from
 # `sglang/srt/managers/scheduler_components/batch_result_processor.py`). When it retracts the
 # request (`release_req` in `sglang/srt/managers/schedule_batch.py`), it frees the generated tokens
 # without storing them (`release_kv_cache(..., checkpoint=False)` in
@@ -774,7 +776,10 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # any positive integer, but each attention backend accepts only some
 # (`get_supported_kernel_block_sizes` in `vllm/v1/attention/backends/`): multiples of 32 for the
 # CPU backend; multiples of 16 for FlashAttention, Triton and FlexAttention; 16, 32 or 64 for
-# FlashInfer. vLLM's argument checks do not know the backend yet and accept any positive size
+# FlashInfer. These are the common cases, not every one: FlashAttention asks for multiples of 64 on
+# Intel XPUs and fixed sizes for some FA4 cases, and FlashInfer adds pages of 128 and more on
+# Blackwell GPUs for models with grouped query heads. vLLM's argument checks do not know the backend
+# yet and accept any positive size
 # (`CacheConfig.block_size` is declared `Field(default=None, gt=0)`; servelab's own flag check,
 # `servelab.engines.flags.check`, which runs those parsers, accepts it too, as its tests show). The
 # engine refuses a size its backend cannot use only while it starts. The cell starts it with the
@@ -866,8 +871,10 @@ print((sharing_other["measured blocks"] == sharing_other["predicted blocks"]).al
 #   one of two files. `v1/worker/gpu/block_table.py` belongs to the newer GPU model runner
 #   (`v1/worker/gpu/model_runner.py`), which vLLM uses by default when Triton is installed and
 #   the model uses no feature it lacks (`VllmConfig.use_v2_model_runner` in `vllm/config/vllm.py`;
-#   `VLLM_USE_V2_MODEL_RUNNER` forces the choice). Otherwise, and always on CPU (whose
-#   `CPUModelRunner` extends the older `GPUModelRunner`), it is `v1/worker/block_table.py`.
+#   `VLLM_USE_V2_MODEL_RUNNER` forces the choice). Otherwise it is `v1/worker/block_table.py`.
+#   The CPU worker follows the same rule (`CPUWorker` in `v1/worker/cpu_worker.py`): with Triton it
+#   loads the newer runner of `v1/worker/cpu/model_runner.py`; this CPU build has no Triton, so its
+#   `CPUModelRunner` extends the older `GPUModelRunner` and uses `v1/worker/block_table.py`.
 # - `v1/attention/backends/`: the kernels that read through block tables. On GPUs these are
 #   FlashAttention, FlashInfer or Triton kernels; on CPU, `cpu_attn.py` calls vLLM's own C++
 #   kernel. The original `paged_attention_v1` and `v2` wrappers are gone from
