@@ -42,6 +42,15 @@ def test_the_budget_follows_a_dtype_override():
     assert _flag(fp32, "--dtype") == "float32" and _flag(fp32, "--kv-cache-memory-bytes") == str(100 * per_token)
 
 
+@pytest.mark.parametrize(("engine", "options", "flag"), [
+    ("vllm", {"max_num_seqs": 8}, "--max-num-seqs"), ("vllm", {"max_model_len": 512}, "--max-model-len"),
+    ("sglang", {"max_running_requests": 8}, "--max-running-requests"),
+    ("sglang", {"context_length": 512}, "--context-length")])
+def test_an_option_replaces_the_profiles_own_flag(engine, options, flag):
+    argv = launch.command(engine, profiles.load("gpu-24g"), HUB, 8000, options).argv
+    assert argv.count(flag) == 1 and _flag(argv, flag) == str(next(iter(options.values())))
+
+
 @pytest.mark.parametrize("bad", [0, -5, 1.5, True, "4096"])
 def test_a_bad_budget_is_one_line(bad):
     expected = rf"kv_cache_tokens must be an integer >= 1 \(tokens of KV cache\), got {bad!r}"

@@ -1,7 +1,8 @@
 """What it takes to launch each engine: its command line and environment, per profile.
 
 One function per engine turns (profile, model, port, options) into argv + env. Everything
-hardware-specific comes from the profile, so a notebook cell is the same on every machine.
+hardware-specific comes from the profile, so a notebook cell is the same on every machine. An option that
+names one of the profile's own flags (dtype, context length, batch cap) replaces it, so each flag appears once.
 The process itself (start, wait, teardown) is servelab.engines.server's job.
 """
 
@@ -56,8 +57,8 @@ def vllm_command(profile: Profile, model: ModelRef, port: int, options: dict[str
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", model.served_name,
             "--dtype", dtype,
-            "--max-model-len", str(profile.max_model_len),
-            "--max-num-seqs", str(profile.max_num_seqs),
+            "--max-model-len", str(opts.pop("max_model_len", profile.max_model_len)),
+            "--max-num-seqs", str(opts.pop("max_num_seqs", profile.max_num_seqs)),
             "--enable-prompt-tokens-details",
             *profile.vllm_flags]
     _memory_options("vllm", profile, opts, model, dtype)
@@ -72,8 +73,8 @@ def sglang_command(profile: Profile, model: ModelRef, port: int, options: dict[s
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", model.served_name,
             "--dtype", dtype,
-            "--context-length", str(profile.max_model_len),
-            "--max-running-requests", str(profile.max_num_seqs),
+            "--context-length", str(opts.pop("context_length", profile.max_model_len)),
+            "--max-running-requests", str(opts.pop("max_running_requests", profile.max_num_seqs)),
             "--enable-metrics",
             *profile.sglang_flags]
     extra: dict[str, str] = {}
