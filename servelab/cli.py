@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     p_lab.add_argument("--lang", action="append", help="build the book only in this language (repeatable)")
     p_lab.add_argument("--in-place", action="store_true", help="regenerate the committed notebooks and results/ "
                        "and build into _build/html/ instead (maintainers)")
+    p_ws = sub.add_parser("workshop", help="write book/workshop.md (agendas and instructor notes, from the "
+                          "executed chapters and saved results); --check: fail while stale; --plan NAME: print one")
+    p_ws.add_argument("--check", action="store_true")
+    p_ws.add_argument("--plan")
     sub.add_parser("doctor", help="check this machine before a workshop (--lang, --json, --engines); "
                    "python -m servelab doctor --help")
     p_tr = sub.add_parser("translations", help="catalogs under locales/: update, check, todo, apply, notebooks")
@@ -91,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
 
             _setup_profile(args.profile)
             workspace.lab(args.profile, tuple(args.lang or ()), in_place=args.in_place)
+        elif args.command == "workshop":
+            from servelab.book import workshop_page
+
+            return workshop_page.main(["--check"] * args.check + (["--plan", args.plan] if args.plan else []))
         elif args.command == "translations":
             from servelab.book.translations_cli import translations
 
