@@ -262,6 +262,14 @@ def test_the_warm_up_sends_a_rounds_requests_once_untimed(monkeypatch):
         live.warm_up("server", {}, 48, ["S?"], 0, 26)
 
 
+def test_a_wave_takes_the_prompts_in_turn_each_forced_to_its_length(monkeypatch):
+    sent = []
+    monkeypatch.setattr(live, "run_load", lambda server, prompts, **kw: sent.append(
+        (list(prompts), kw["concurrency"], kw["max_tokens"], kw["extra_body"])))
+    live.wave("server", ["a", "b"], 3, 5)
+    assert sent == [(["a", "b", "a"], 3, 5, {"min_tokens": 5})]
+
+
 class _StandInLaunch:
     """A declared server stand-in: `server(profile)` is a server (its name, a str) that notes its starts and stops."""
 

@@ -64,12 +64,6 @@ def test_a_verdict_holds_only_across_the_spread():
         load.not_resolved(0)
 
 
-def test_one_side_of_one():
-    assert load.one_side([0.9, 0.8]) == "below" and load.one_side(pd.Series([1.2, 1.01])) == "above"
-    assert load.one_side([0.9, 1.1]) == "both sides" and load.one_side([1.0, 1.2]) == "both sides"
-    assert load.one_side([]) == "both sides"  # no values: no side
-
-
 def test_first_slowdown_beyond_the_noise():
     # sustained: 0.9 at b = 4 is followed by 1.01 at b = 8, so the slowdown starts at 16
     assert load.first_slowdown({1: 1.5, 2: 1.1, 4: 0.9, 8: 1.01, 16: 0.7}) == 16

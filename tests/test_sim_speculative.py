@@ -34,6 +34,7 @@ from servelab.sim.speculative import (
     iid_alpha,
     iid_fit,
     iid_length_probabilities,
+    leading_kept,
     optimal_k,
     sample_accepted,
     sequence_counts,
@@ -89,6 +90,11 @@ def test_sampled_verifications_keep_drafts_up_to_the_first_rejection():
         sample_accepted(1.5, 3, 10, seed=0)
     with pytest.raises(ValueError, match="verifications"):
         sample_accepted(0.5, 3, 0, seed=0)
+
+
+def test_a_verification_keeps_the_drafts_before_the_first_rejection():
+    kept = np.array([[True, True, False, True], [False, True, True, True], [True, True, True, True]])
+    assert leading_kept(kept).tolist() == [2, 0, 4]
 
 
 @given(alphas, costs, ks)

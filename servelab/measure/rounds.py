@@ -24,9 +24,18 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"rounds": n, "median": median, "lowest": ordered[0], "highest": ordered[-1]}
 
 
+def one_side(values: Sequence[float], threshold: float = 1.0) -> str:
+    """"above" where every round's value is above ``threshold``, "below" where every one is below, else
+    "both sides" (also for no rounds, or a value exactly at ``threshold``)."""
+    values = [float(v) for v in values]
+    if values and all(v > threshold for v in values):
+        return "above"
+    return "below" if values and all(v < threshold for v in values) else "both sides"
+
+
 def every_round_above(values: Sequence[float], threshold: float = 1.0) -> bool:
     """True when every round's ratio is above ``threshold`` (and there is at least one round)."""
-    return bool(values) and min(values) > threshold
+    return one_side(values, threshold) == "above"
 
 
 def chance_of_agreement(rounds: int) -> float:

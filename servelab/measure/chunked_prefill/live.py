@@ -36,6 +36,7 @@ from servelab.measure.chunked_prefill.streams import (
     window_stats,
 )
 from servelab.measure.lineup import in_rounds
+from servelab.measure.rounds import spread
 from servelab.sim.chunked_prefill import LONG, CostModel, Scenario, SchedulerConfig, run_scenario
 from servelab.sim.chunked_prefill import window_stats as sim_window_stats
 
@@ -298,6 +299,7 @@ def growth_over_rounds(runs: LiveRuns, labels: Sequence[str]) -> pd.DataFrame:
         per_round = [late_vs_early(runs.chunks[(runs.chunks.config == label) & (runs.chunks["round"] == r)],
                                    float(stat.long_ttft_s))
                      for r, stat in runs.stats[runs.stats.config == label].set_index("round").iterrows()]
-        rows[label] = {"late gap / early gap": float(np.median(per_round)), "lowest round": min(per_round),
-                       "highest round": max(per_round)}
+        ratio = spread(per_round)
+        rows[label] = {"late gap / early gap": ratio["median"], "lowest round": ratio["lowest"],
+                       "highest round": ratio["highest"]}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("config")

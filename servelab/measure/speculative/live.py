@@ -125,9 +125,7 @@ def warm_up(server: Endpoint, tasks: Mapping[str, str], task_tokens: int, sweep_
     filling the prefix cache), which would otherwise fall on its first timed round alone."""
     for prompt in tasks.values():
         chat_response(server, prompt, max_tokens=int_at_least("task_tokens", task_tokens, 1))
-    b = int_at_least("concurrency", concurrency, 1)
-    run_load(server, [sweep_prompts[i % len(sweep_prompts)] for i in range(b)], concurrency=b,
-             max_tokens=sweep_tokens, progress=False, extra_body={"min_tokens": sweep_tokens})
+    wave(server, sweep_prompts, concurrency, sweep_tokens)
 
 
 def answer_tasks(server: Endpoint, tasks: Mapping[str, str], max_tokens: int, *, repeats: int = 1) -> TaskAnswers:
@@ -205,6 +203,13 @@ def _queueing(before: Metrics, after: Metrics) -> dict[str, float]:
             "queue seconds per request": queued[0] / queued[1] if queued[1] else np.nan}
 
 
+def wave(server: Endpoint, prompts: Sequence[str], b: int, max_tokens: int) -> None:
+    """One wave of :func:`sweep`: ``b`` requests at once, prompts taken in turn, each exactly ``max_tokens`` long."""
+    b = int_at_least("concurrency", b, 1)
+    run_load(server, [prompts[i % len(prompts)] for i in range(b)], concurrency=b, max_tokens=max_tokens,
+             progress=False, extra_body={"min_tokens": max_tokens})
+
+
 def sweep(server: Endpoint, prompts: Sequence[str], concurrency: Sequence[int], max_tokens: int, *,
           repeats: int = 3) -> pd.DataFrame:
     """``repeats`` waves of b requests per b (prompts taken in turn), each exactly ``max_tokens`` long:
@@ -213,12 +218,10 @@ def sweep(server: Endpoint, prompts: Sequence[str], concurrency: Sequence[int], 
     the mean time a request waited to be scheduled (``vllm:request_queue_time_seconds``)."""
     rows = []
     for b in concurrency:
-        batch = [prompts[i % len(prompts)] for i in range(int_at_least("concurrency", b, 1))]
         rates, first = [], scrape(server.url)
         for _ in range(int_at_least("repeats", repeats, 1)):
             before = scrape(server.url)
-            run_load(server, batch, concurrency=b, max_tokens=max_tokens, progress=False,
-                     extra_body={"min_tokens": max_tokens})
+            wave(server, prompts, b, max_tokens)
             seconds, finished = decode_seconds(before, scrape(server.url))
             rates.append((max_tokens - 1) * finished / seconds)
         last = scrape(server.url)

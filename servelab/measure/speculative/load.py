@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 import pandas as pd
 
 from servelab.integers import int_at_least
+from servelab.measure.rounds import one_side, spread
 
 NOT_RESOLVED = "not resolved with {rounds}"  # spread_verdict's third answer; {rounds}: "3 rounds"
 
@@ -54,10 +55,13 @@ def round_speedups(rates: pd.DataFrame, by: Sequence[str], value: str, baseline:
 
 
 def over_rounds(speedups: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """Per method and ``by``: the median, lowest and highest of the rounds' ``speedup``, and how many rounds."""
-    ratio = speedups.groupby(["method", *by], sort=False).speedup
-    return pd.DataFrame({"speedup": ratio.median(), "lowest": ratio.min(), "highest": ratio.max(),
-                         "rounds": ratio.size()}).reset_index()
+    """Per method and ``by``: the median, lowest and highest of the rounds' ``speedup``, and how many rounds
+    (:func:`servelab.measure.rounds.spread`)."""
+    keys = ["method", *by]
+    rows = [{**dict(zip(keys, key, strict=True)), **spread(group.tolist())}
+            for key, group in speedups.groupby(keys, sort=False).speedup]
+    return pd.DataFrame(rows, columns=[*keys, "median", "lowest", "highest", "rounds"]).rename(
+        columns={"median": "speedup"})
 
 
 def paired_speedups(rates: pd.DataFrame, by: Sequence[str], value: str, baseline: str = "plain") -> pd.DataFrame:
@@ -73,20 +77,13 @@ def not_resolved(rounds: int) -> str:
 
 
 def spread_verdict(lowest: float, highest: float, rounds: int) -> str:
-    """"faster" where every round's speedup is above 1, "slower" where every one is below, else
-    :func:`not_resolved`: the ``rounds`` rounds' spread straddles 1, so this run cannot say which."""
+    """"faster" where every round's speedup is above 1, "slower" where every one is below
+    (:func:`servelab.measure.rounds.one_side` of the lowest and highest round), else :func:`not_resolved`:
+    the ``rounds`` rounds' spread straddles 1, so this run cannot say which."""
     if lowest > highest:
         raise ValueError(f"lowest {lowest} is above highest {highest}")
-    return "faster" if lowest > 1 else "slower" if highest < 1 else not_resolved(rounds)
-
-
-def one_side(values: Sequence[float]) -> str:
-    """"above" where every value is above 1, "below" where every one is below, else "both sides" (also for
-    no values, or a value of exactly 1)."""
-    values = [float(v) for v in values]
-    if values and all(v > 1 for v in values):
-        return "above"
-    return "below" if values and all(v < 1 for v in values) else "both sides"
+    side = one_side([lowest, highest])
+    return "faster" if side == "above" else "slower" if side == "below" else not_resolved(rounds)
 
 
 def first_slowdown(speedup: Mapping[int, float], margin: float = 0.0) -> int | None:

@@ -44,6 +44,7 @@ from servelab.sim.speculative.sampling import (
 from servelab.sim.speculative.theory import (
     draft_acceptance_rate,
     expected_tokens,
+    leading_kept,
     optimal_k,
     sample_accepted,
     speedup,
@@ -54,5 +55,6 @@ __all__ = ["VARIANTS", "GofResult", "IidFit", "Step", "TooFewCells", "Variant", 
            "acceptance_probability", "chi2_critical", "chi2_log10_sf", "chi2_sf", "chi_square_gof",
            "conditional_rates",
            "draft_acceptance_rate", "expected_tokens", "first_token_distribution", "generate", "greedy_continuation",
-           "iid_alpha", "iid_fit", "iid_length_probabilities", "optimal_k", "sample_accepted", "sequence_counts",
+           "iid_alpha", "iid_fit", "iid_length_probabilities", "leading_kept", "optimal_k", "sample_accepted",
+           "sequence_counts",
            "sequence_probabilities", "softmax", "speculative_step", "speedup", "survival", "verify_cost_from_times"]

@@ -27,6 +27,7 @@ from typing import Literal
 import numpy as np
 
 from servelab.integers import int_at_least
+from servelab.sim.speculative.theory import leading_kept
 
 Variant = Literal["exact", "resample_from_q", "accept_all"]
 VARIANTS: tuple[Variant, ...] = ("exact", "resample_from_q", "accept_all")
@@ -103,7 +104,7 @@ def speculative_step(target: np.ndarray, draft: np.ndarray, context: np.ndarray,
     p_x, q_x = target[before, drafted], draft[before, drafted]
     accept = rng.random((n, k)) * q_x < p_x  # u < p(x)/q(x); q(x) > 0 for a drafted x
     accept |= variant == "accept_all"
-    n_accepted = np.where(accept.all(axis=1), k, np.argmin(accept, axis=1))
+    n_accepted = leading_kept(accept)
     rejected = n_accepted < k
     last = np.empty(n, dtype=int)
     if rejected.any():

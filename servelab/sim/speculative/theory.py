@@ -64,17 +64,23 @@ def expected_tokens(alpha: ArrayLike, k: int) -> ArrayLike:
     return float(out) if out.ndim == 0 else out
 
 
+def leading_kept(kept: np.ndarray) -> np.ndarray:
+    """Per row of ``kept`` (verifications by draft positions, True where that draft passed its test), the
+    drafts a verification keeps: those before the first rejection, in 0..k."""
+    kept = np.asarray(kept, dtype=bool)
+    return np.where(kept.all(axis=-1), kept.shape[-1], np.argmin(kept, axis=-1))
+
+
 def sample_accepted(alpha: float, k: int, verifications: int, *, seed: int) -> np.ndarray:
     """Accepted drafts of ``verifications`` verifications under the model: each draft kept with probability alpha.
 
     A verification keeps its drafts up to the first rejection, so each count is the number of leading
-    successes of k independent draws, in 0..k; the tokens it emits are that count plus one.
+    successes of k independent draws, in 0..k (:func:`leading_kept`); the tokens it emits are that count plus one.
     """
     a = float(_alpha(alpha))
     k = int_at_least("k (draft tokens per verification)", k, 1)
     n = int_at_least("verifications", verifications, 1)
-    kept = np.random.default_rng(seed).random((n, k)) < a
-    return np.where(kept.all(axis=1), k, np.argmin(kept, axis=1))
+    return leading_kept(np.random.default_rng(seed).random((n, k)) < a)
 
 
 def draft_acceptance_rate(alpha: ArrayLike, k: int) -> ArrayLike:
