@@ -91,31 +91,44 @@ def require_engine(cpu: profiles.Profile) -> Callable[[str], None]:
 PARTIAL_BUDGET = 5000  # KV tokens: 39.06 of vLLM's 128-token CPU blocks, so the rounding to whole blocks shows
 
 
+# The token-id requests the shared servers also answer, after the questions, with their KV cache events recorded:
+# the first three of servelab.measure.kv_events' workload (a document, its blocks and a question, its blocks again).
+LIVE_EVENT_REQUESTS = 3
+
+
 @pytest.fixture(scope="session")
 def live(cpu: profiles.Profile, require_engine: Callable[[str], None],
          tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """The session's shared servers: each engine started once with a KV budget of PARTIAL_BUDGET tokens, asked
     the fixed questions, then stopped; what the tests read of them. SGLang serves with a recorder round its
-    sgl_kernel stand-in (tests/sgl_recorder.py), which changes no computation. A test that needs other options,
-    or must kill its server, starts its own."""
+    sgl_kernel stand-in (tests/sgl_recorder.py), which changes no computation. Both publish their KV cache events
+    to a subscriber started before them (servelab.measure.kv_events.Recorder; the engine's socket connects to it,
+    so the engine listens on no more ports), and after the questions answer LIVE_EVENT_REQUESTS token-id requests
+    whose events are kept (`kv_events`, a Trace's dict). A test that needs other options, or must kill its
+    server, starts its own."""
     from servelab.engines import server
     from servelab.engines.guard import still_running
     from servelab.engines.listening import listening
+    from servelab.measure.kv_events import Recorder, record_workload, workload
     from servelab.measure.kv_memory.capacity import engine_capacity
     from servelab.measure.setup.check import greedy_answers
     from servelab.measure.workloads import QUESTIONS
     from tests import sgl_recorder
 
     record_env, record = sgl_recorder.server_env(tmp_path_factory.mktemp("sgl-record"))
+    events_dir = tmp_path_factory.mktemp("kv-events")
     out = {}
     for engine in ("vllm", "sglang"):
         require_engine(engine)
         env = record_env if engine == "sglang" else None
-        with server.running(engine, cpu, kv_cache_tokens=PARTIAL_BUDGET, env=env) as srv:
+        with Recorder(engine, cpu, out=events_dir / f"{engine}.jsonl") as events, \
+                server.running(engine, cpu, kv_cache_tokens=PARTIAL_BUDGET, env=env, **events.options()) as srv:
             pids = srv.pids()
             out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version(),
                            "capacity": engine_capacity(srv), "port": srv.port,
                            "listening": listening(srv.pids())}
+            requests = workload(2, 2).head(LIVE_EVENT_REQUESTS)
+            out[engine]["kv_events"] = record_workload(srv, events, requests, flush_first=False).to_dict()
         out[engine]["alive_after"] = still_running(pids)
     out["sglang"]["stand_in_record"] = sgl_recorder.read_record(record)
     return out

@@ -1,0 +1,242 @@
+"""The engines' KV cache events (servelab.measure.kv_events): the recorder's decoding, the referee on traces recorded
+from the real engines (tests/data/kv_events_*.json) and on corrupted copies of them, the figure's steps, and a live
+recording on the session's shared servers (conftest `live`), which publish their events while they serve.
+
+The saved traces were recorded with `python -m tests.test_measure_kv_events ENGINE` (`record_saved_trace`): the
+eviction workload for a budget of SAVED_BUDGET tokens (4 usable vLLM blocks), the cpu profile with a max_model_len
+that such a budget accepts, from an emptied cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servelab.engines.engine_side import script
+from servelab.machine import engine_envs
+from servelab.measure.kv_events import Recorder, Trace, event_options, eviction_workload, frames, replay
+from servelab.measure.kv_events.engine_trace import read
+from servelab.measure.kv_events.keys import prefix_keys, short_hash
+
+DATA = Path(__file__).parent / "data"
+SAVED_BUDGET, SAVED_MAX_MODEL_LEN = 640, 512
+ENGINES = ("vllm", "sglang")
+
+
+def saved(engine: str) -> Trace:
+    return Trace.from_dict(json.loads((DATA / f"kv_events_{engine}.json").read_text())["trace"])
+
+
+def _recorder_module():
+    spec = importlib.util.spec_from_file_location("kv_event_recorder", script("kv_event_recorder.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- the recorder --------------------------------------------------------------------------------------------
+class _Stored:  # shaped as a msgspec Struct: the recorder reads __struct_fields__
+    __struct_fields__ = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "medium")
+
+    def __init__(self, hashes, parent, tokens):
+        self.block_hashes, self.parent_block_hash, self.token_ids, self.block_size = hashes, parent, tokens, 2
+        self.medium = "GPU"
+
+
+class BlockStored(_Stored):
+    pass
+
+
+def test_recorder_writes_hashes_as_strings_and_keeps_the_engine_time():
+    recorder = _recorder_module()
+
+    class Decoder:
+        def decode(self, payload):
+            assert payload == b"payload"
+            return type("Batch", (), {"ts": 12.5, "events": [BlockStored([b"\x0a\xff", -5], None, (1, 2))]})
+
+    line = recorder.decode(Decoder(), [b"kv", (7).to_bytes(8, "big"), b"payload"], recv=13.0)
+    assert line == {"seq": 7, "ts": 12.5, "recv": 13.0, "events": [
+        {"type": "BlockStored", "block_hashes": ["0aff", "-5"], "parent_block_hash": None, "token_ids": [1, 2],
+         "block_size": 2, "medium": "GPU"}]}
+    with pytest.raises(ValueError, match="3 frames"):
+        recorder.decode(Decoder(), [b"kv", b"payload"], recv=0.0)
+
+
+SEND = """
+import sys, time, zmq, msgspec
+engine, endpoint = sys.argv[1], sys.argv[2]
+if engine == "vllm":
+    from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+    h1, h2 = bytes(range(32)), bytes(range(1, 33))
+    extra = {"lora_name": None}
+else:
+    from sglang.srt.disaggregation.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+    h1, h2 = -7, 2**62
+    extra = {}
+batch = KVEventBatch(ts=123.0, events=[
+    BlockStored(block_hashes=[h1, h2], parent_block_hash=None, token_ids=[5, 6, 7, 8], block_size=2, lora_id=None,
+                medium="GPU", **extra),
+    BlockRemoved(block_hashes=[h2], medium="GPU"), AllBlocksCleared()])
+pub = zmq.Context().socket(zmq.PUB)
+pub.connect(endpoint)
+time.sleep(1.0)  # a PUB drops what it sends before the connection is up
+pub.send_multipart((b"kv", (0).to_bytes(8, "big"), msgspec.msgpack.encode(batch)))
+time.sleep(0.5)
+"""
+
+
+@pytest.mark.engine_venv
+@pytest.mark.parametrize("engine", ENGINES)
+def test_recorder_decodes_what_the_engine_schema_encodes(require_engine, cpu, engine, tmp_path):
+    """A batch built with the engine's own classes, sent over a connecting PUB socket, comes out as a line."""
+    require_engine(engine)
+    python = engine_envs.get(cpu.engine_env(engine)).python
+    with Recorder(engine, cpu, out=tmp_path / "events.jsonl") as recorder:
+        subprocess.run([str(python), "-c", SEND, engine, recorder.endpoint], check=True, timeout=120)
+        recorder.wait_quiet()
+        messages = recorder.stop()
+    assert [m["seq"] for m in messages] == [0] and messages[0]["ts"] == 123.0
+    stored, removed, cleared = messages[0]["events"]
+    first, second = ((bytes(range(32)).hex(), bytes(range(1, 33)).hex()) if engine == "vllm" else ("-7", str(2**62)))
+    assert (stored["type"], stored["block_hashes"], stored["token_ids"]) == ("BlockStored", [first, second],
+                                                                             [5, 6, 7, 8])
+    assert stored["parent_block_hash"] is None and stored["medium"] == "GPU"
+    assert (removed["type"], removed["block_hashes"], cleared["type"]) == ("BlockRemoved", [second],
+                                                                           "AllBlocksCleared")
+
+
+def test_event_options_connect_to_a_loopback_subscriber():
+    endpoint = "tcp://127.0.0.1:5999"
+    assert event_options("vllm", endpoint) == {"kv_events_config": {
+        "publisher": "zmq", "endpoint": endpoint, "topic": "kv", "enable_kv_cache_events": True}}
+    assert event_options("sglang", endpoint)["kv_events_config"]["bind"] is False
+    for bad in ("tcp://*:5999", "tcp://0.0.0.0:5999", "ipc:///tmp/x"):
+        with pytest.raises(ValueError, match="127.0.0.1"):
+            event_options("vllm", bad)
+
+
+def test_short_hashes_read_both_engines_hashes():
+    assert short_hash("ab" * 32) == "ababab"
+    assert short_hash("-1") == "ffffff" and short_hash("255") == "000000"
+    assert prefix_keys([1, 2, 3], 2) == prefix_keys([1, 2], 2)  # a partial tail has no key
+
+
+# ---- the referee on the saved traces -------------------------------------------------------------------------
+# Per request (start window first) in units: vLLM blocks of 128 tokens, SGLang pages of one token.
+EXPECTED = {"vllm": {"stored": [0, 2, 0, 1, 2, 1], "removed": [0, 0, 0, 0, 2, 1]},
+            "sglang": {"stored": [0, 296, 127, 0, 306, 40], "removed": [0, 0, 0, 0, 167, 0]}}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_referee_agrees_with_the_saved_traces(engine):
+    trace = saved(engine)
+    assert [tuple(r["tokens"]) for r in trace.requests] == list(eviction_workload(SAVED_BUDGET).prompts)
+    verdict = replay(trace)
+    assert verdict.agree, (verdict.problems, verdict.table.to_dict("records"))
+    table = verdict.table
+    assert table.engine_stored.tolist() == table.sim_stored.tolist() == EXPECTED[engine]["stored"]
+    assert table.engine_removed.tolist() == table.sim_removed.tolist() == EXPECTED[engine]["removed"]
+    assert (table.engine_hit[1:] == table.sim_hit[1:]).all()  # the engine's own cached-token report, too
+    assert verdict.differences  # what it cannot compare is said
+
+
+def _events(trace: Trace, kind: str) -> list[dict]:
+    return [e for m in trace.messages for e in m["events"] if e["type"] == kind]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_referee_catches_a_dropped_or_an_extra_removal(engine):
+    dropped = saved(engine)
+    _events(dropped, "BlockRemoved")[-1]["block_hashes"].pop()
+    verdict = replay(dropped)
+    assert not verdict.agree and "removed" in " ".join(verdict.table.note)
+    extra = saved(engine)
+    message = next(m for m in extra.messages if any(e["type"] == "BlockRemoved" for e in m["events"]))
+    message["events"].append(copy.deepcopy(_events(extra, "BlockRemoved")[0]))
+    verdict = replay(extra)
+    assert not verdict.agree and (~verdict.table.match).sum() == 1, verdict.table
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_referee_catches_a_lost_message_a_changed_token_and_a_late_event(engine):
+    lost = saved(engine)
+    del lost.messages[1]
+    assert any("gaps" in p for p in replay(lost).problems)
+    changed = saved(engine)
+    _events(changed, "BlockStored")[-1]["token_ids"][0] += 1
+    assert not replay(changed).agree
+    late = saved(engine)  # the last request's events stamped as if the request before had them
+    late.messages[-1]["ts"] = late.requests[-2]["send"] + 1e-3
+    assert not replay(late).agree
+
+
+def test_frames_follow_the_figure_contract():
+    verdicts = {engine: replay(saved(engine)) for engine in ENGINES}
+    steps = json.loads(json.dumps(frames(**verdicts)))["steps"]  # JSON-able
+    requests = len(saved("vllm").requests)
+    assert len(steps) == 1 + 2 * requests
+    assert [s["phase"] for s in steps[:3]] == ["start", "admitted", "finished"]
+    assert steps[0]["vllm"]["events"] == ["cleared"] and steps[0]["sglang"]["events"] == ["cleared"]
+    assert all(b["state"] == "free" for b in steps[0]["vllm"]["blocks"]) and steps[0]["sglang"]["nodes"] == []
+    first = steps[1]["vllm"]
+    assert [b["state"] for b in first["blocks"]].count("used") == 3  # 296 tokens: two full blocks and a partial
+    assert first["events"][0].startswith("stored ") and "128 tokens" in first["events"][0]
+    stored = {b["hash"] for b in first["blocks"] if b["hash"]}
+    assert stored == {e.split()[1] for e in first["events"]}  # the engine's hashes, on the replayed blocks
+    evict = steps[1 + 2 * 3]  # request 3 admitted
+    assert evict["caption"] == "request 3 admitted" and any(e.startswith("removed") for e in evict["sglang"]["events"])
+    assert {n["state"] for n in evict["sglang"]["nodes"]} >= {"evicted", "cached"}
+    assert all(set(n) == {"id", "parent", "label", "tokens", "state"} for s in steps for n in s["sglang"]["nodes"])
+    with pytest.raises(ValueError):
+        frames(vllm=verdicts["sglang"])
+
+
+# ---- live, on the session's shared servers -------------------------------------------------------------------
+@pytest.mark.server
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_shared_servers_events_agree_with_the_replay(live, engine):
+    """What the shared server published for the token-id requests it answered after the questions: every stored
+    unit is a whole-unit prefix of the prompt sent in its window, and the replay agrees request by request."""
+    trace = Trace.from_dict(live[engine]["kv_events"])
+    assert trace.messages and trace.messages[0]["seq"] == 0  # subscribed before the engine published anything
+    verdict = replay(trace)
+    assert verdict.agree, (verdict.problems, verdict.table.to_dict("records"))
+    unit = trace.capacity["block_size"]
+    side = read(trace)
+    for mark in trace.requests:
+        stored = side.windows[mark["request"]].stored
+        assert set(stored) <= set(prefix_keys(mark["tokens"], unit)), mark["request"]
+    assert verdict.table.engine_stored.sum() > 0
+
+
+def record_saved_trace(engine: str) -> Path:
+    """Record tests/data/kv_events_ENGINE.json from the real engine (one server start)."""
+    import dataclasses
+
+    from servelab.engines.server import Server
+    from servelab.machine import profiles
+    from servelab.measure.kv_events import record_workload
+    from servelab.measure.prefix_cache.live import cache_options
+
+    prof = dataclasses.replace(profiles.load("cpu"), max_model_len=SAVED_MAX_MODEL_LEN)
+    requests = eviction_workload(SAVED_BUDGET)
+    with Recorder(engine, prof) as recorder, Server(engine, prof, kv_cache_tokens=SAVED_BUDGET,
+                                                    **cache_options(engine), **recorder.options()) as server:
+        trace = record_workload(server, recorder, requests)
+    path = DATA / f"kv_events_{engine}.json"
+    document = {"recorded": f"python -m tests.test_measure_kv_events {engine}", "kv_cache_tokens": SAVED_BUDGET,
+                "max_model_len": SAVED_MAX_MODEL_LEN, "workload": {"names": requests.names, "about": requests.about},
+                "trace": trace.to_dict()}
+    path.write_text(json.dumps(document, separators=(",", ":")) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(record_saved_trace(sys.argv[1]))
