@@ -386,41 +386,86 @@ knobs
 # %% [markdown]
 # ## Exercises
 #
-# 1. A 7-billion-parameter model in bfloat16 (2 bytes per weight) runs on a GPU whose memory delivers
-#    3.35 TB/s (an H100 SXM). What is the roofline bound on decode tokens per second at batch 1, and at
-#    batch 32 if each request reads a KV cache of 1,000 tokens at 128 KiB per token?
-# 2. The simulator used a made-up step cost. Fit one to vLLM on this machine from the measurements
-#    above: the cost per prompt token from the TTFT of the shortest and the longest prompt, the cost
-#    per decoding request from the ITL at batch 1 and at the largest batch. Run static and continuous
-#    batching again with it, at vLLM's measured capacity (64-token prompts, answers of 4 to 40 tokens,
-#    the chapter's batch cap, and objectives of ten times the batch-1 ITL for TTFT and twice the
-#    largest batch's ITL for TPOT). Does continuous batching still win on TTFT?
-# 3. What does a larger batch cap (`--max-num-seqs`) trade? Use the simulator with the requests of the
-#    picture above (200-token prompts, answers of 4 to 40 tokens): send 40 requests at 2, 4 and 8 per
-#    second to continuous batching with `max_batch` 2, 4 and 16, and compare p90 TTFT and TPOT.
+# 1. (5 min, no engine) A 7-billion-parameter model in bfloat16 (2 bytes per weight) runs on a GPU
+#    whose memory delivers 3.35 TB/s (an H100 SXM). What is the roofline bound on decode tokens per
+#    second at batch 1, and at batch 32 if each request reads a KV cache of 1,000 tokens at 128 KiB
+#    per token?
+# 2. (20 min, no engine) The simulator used a made-up step cost. Fit one to vLLM from the
+#    measurements above and run static and continuous batching again with it, at vLLM's measured
+#    capacity. Does continuous batching still win on TTFT?
+# 3. (15 min, no engine) What does a larger batch cap trade? Send 40 requests of the picture above
+#    at 2, 4 and 8 per second to continuous batching with `max_batch` 2, 4 and 16; compare p90 TTFT
+#    and TPOT.
 #
-# The solutions are in the hidden cells below: click to open them.
+# Fill in each stub, then run the check below it. The solutions are in the hidden cells.
+
+# %%
+# Exercise 1: your answer
+from servelab.book import exercise_check
+from servelab.measure.exercises import serving_basics as answers
+
+
+def roofline_tokens_per_s(batch: int, context_tokens: int) -> float:
+    """The whole server's decode tokens/s bound: `batch` requests, each reading `context_tokens` of KV."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(roofline_tokens_per_s, answers.roofline_cases(), title="Exercise 1")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1
 weights = 7e9 * 2
 kv = 1000 * 128 * 1024
-one = 3.35e12 / weights
-thirty_two = 32 * 3.35e12 / (weights + 32 * kv)
+
+
+def roofline_tokens_per_s(batch: int, context_tokens: int) -> float:
+    """Each step reads the weights once for the batch, and each request's KV, and makes `batch` tokens."""
+    return batch * 3.35e12 / (weights + batch * context_tokens * 128 * 1024)
+
+
+one, thirty_two = roofline_tokens_per_s(1, 0), roofline_tokens_per_s(32, 1000)
 print(f"batch 1: at most {one:.0f} tokens/s; batch 32: at most {thirty_two:.0f} tokens/s for the whole server "
       f"({thirty_two / 32:.0f} per request): the KV cache of 32 requests ({32 * kv / 1e9:.1f} GB) now weighs "
       f"{32 * kv / weights:.0%} of the weights.")
+exercise_check.check(roofline_tokens_per_s, answers.roofline_cases(), title="Solution 1")
+
+# %%
+# Exercise 2: your answer. Fit vLLM's step cost: the cost per prompt token from the TTFT of the shortest and the
+# longest prompt (`prefill`), the cost per decoding request from the ITL at batch 1 and at the largest batch
+# (`scaling.request_tok_s` is 1 / median ITL); the rest of the batch-1 ITL is the fixed step. Then simulate at
+# vLLM's capacity (`reached["vllm"]`): `sim_requests` requests of `batch_prompt_tokens` tokens, answers of 4 to 40
+# tokens, `max_batch=batch_cap`, objectives of ten times the batch-1 ITL for TTFT and twice the largest batch's
+# ITL for TPOT.
+
+
+def fit_cost(prefill: pd.DataFrame, scaling: pd.DataFrame) -> CostModel:
+    """vLLM's step cost (context_token_s=0.0), from the rows of `prefill` and `scaling` whose engine is "vllm"."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(fit_cost, answers.fit_cases(prefill, scaling), title="Exercise 2")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2
-vllm_prefill = prefill[prefill.engine == "vllm"]
-slope_s = (vllm_prefill.ttft_ms.iloc[-1] - vllm_prefill.ttft_ms.iloc[0]) / 1000 / (
-    vllm_prefill.prompt_tokens.iloc[-1] - vllm_prefill.prompt_tokens.iloc[0])
-vllm_scaling = scaling[scaling.engine == "vllm"]  # request_tok_s is 1 / median ITL
+
+
+def fit_cost(prefill: pd.DataFrame, scaling: pd.DataFrame) -> CostModel:
+    vllm_prefill = prefill[prefill.engine == "vllm"]
+    slope_s = (vllm_prefill.ttft_ms.iloc[-1] - vllm_prefill.ttft_ms.iloc[0]) / 1000 / (
+        vllm_prefill.prompt_tokens.iloc[-1] - vllm_prefill.prompt_tokens.iloc[0])
+    vllm_scaling = scaling[scaling.engine == "vllm"]  # request_tok_s is 1 / median ITL
+    itl_one, itl_top = 1 / vllm_scaling.request_tok_s.iloc[0], 1 / vllm_scaling.request_tok_s.iloc[-1]
+    per_decode = max(0.0, (itl_top - itl_one) / (vllm_scaling.batch.iloc[-1] - 1))
+    return CostModel(step_s=float(max(1e-4, itl_one - per_decode)), prefill_token_s=float(max(0.0, slope_s)),
+                     decode_s=float(per_decode), context_token_s=0.0)
+
+
+exercise_check.check(fit_cost, answers.fit_cases(prefill, scaling), title="Solution 2")
+fitted = fit_cost(prefill, scaling)
+vllm_scaling = scaling[scaling.engine == "vllm"]
 itl_one, itl_top = 1 / vllm_scaling.request_tok_s.iloc[0], 1 / vllm_scaling.request_tok_s.iloc[-1]
-per_decode = max(0.0, (itl_top - itl_one) / (vllm_scaling.batch.iloc[-1] - 1))
-fitted = CostModel(step_s=float(max(1e-4, itl_one - per_decode)), prefill_token_s=float(max(0.0, slope_s)),
-                   decode_s=float(per_decode), context_token_s=0.0)
 vllm_capacity = float(reached["vllm"])
 objectives = {"ttft_slo_s": 10 * itl_one, "tpot_slo_s": 2 * itl_top}
 busy = poisson_arrivals(vllm_capacity, sim_requests, prompt_tokens=batch_prompt_tokens, output_tokens=(4, 40),
@@ -436,14 +481,31 @@ print("Continuous batching still has the lower p90 TTFT:", again["continuous"]["
       "the slots of short answers empty):", again["continuous"]["output_tokens_per_s"]
       > again["static"]["output_tokens_per_s"])
 
+# %%
+# Exercise 3: your answer. Simulate with the chapter's `cost`, `slo` and `seed`: `poisson_arrivals(rate, 40,
+# prompt_tokens=200, output_tokens=(4, 40), seed=seed)`, then `continuous(...)` and `summarize(...)`.
+
+
+def cap_point(rate: float, cap: int) -> dict[str, float]:
+    """{"ttft_p90_s": ..., "tpot_p50_s": ...} of 40 requests at `rate` per second with `max_batch=cap`."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(cap_point, answers.cap_cases(cost, slo, seed), title="Exercise 3")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
-sweep = []
-for rate in (2.0, 4.0, 8.0):
+
+
+def cap_point(rate: float, cap: int) -> dict[str, float]:
     heavy = poisson_arrivals(rate, 40, prompt_tokens=200, output_tokens=(4, 40), seed=seed)
-    for cap in (2, 4, 16):
-        sweep.append({"rate": rate, "cap": cap, **summarize(continuous(heavy, cost, max_batch=cap), **slo)})
-by_cap = pd.DataFrame(sweep)
+    return summarize(continuous(heavy, cost, max_batch=cap), **slo)
+
+
+exercise_check.check(cap_point, answers.cap_cases(cost, slo, seed), title="Solution 3")
+by_cap = pd.DataFrame([{"rate": rate, "cap": cap, **cap_point(rate, cap)} for rate in (2.0, 4.0, 8.0)
+                       for cap in (2, 4, 16)])
 print(by_cap.pivot(index="rate", columns="cap", values="ttft_p90_s").round(2).to_string(), "\n")
 print(by_cap.pivot(index="rate", columns="cap", values="tpot_p50_s").round(3).to_string(), "\n")
 top = by_cap[by_cap.rate == 8.0].set_index("cap")

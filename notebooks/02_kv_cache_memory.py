@@ -443,17 +443,31 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # %% [markdown]
 # ## Exercises
 #
-# 1. Re-run the planner with an fp8 KV cache (`kv_dtype="fp8"`; the weights stay bf16). How
-#    many more 8k-token sequences of Qwen2.5-7B fit on a 24 GiB GPU?
-# 2. Start vLLM and SGLang with a budget that is not a whole number of vLLM blocks: two
-#    full-length requests of this profile plus half a block (computed from the profile and the
-#    block size read above). How many tokens does each engine keep, and how many full-length
-#    sequences does vLLM say it can hold? (Or run the whole notebook with that budget:
-#    `papermill ... -p kv_cache_tokens N`.)
-# 3. Llama-3.1-70B has 64 attention heads but 8 KV heads. How much larger would its KV cache be
-#    without grouped-query attention?
+# 1. (5 min, no engine) Re-run the planner with an fp8 KV cache (`kv_dtype="fp8"`; the weights
+#    stay bf16). How many more 8k-token sequences of Qwen2.5-7B fit on a 24 GiB GPU?
+# 2. (15 min, server restart) Start vLLM and SGLang with a budget that is not a whole number of
+#    vLLM blocks: two full-length requests of this profile plus half a block. Predict how many
+#    tokens each engine keeps, then check on the engines; how many full-length sequences does
+#    vLLM say it can hold?
+# 3. (5 min, no engine) Llama-3.1-70B has 64 attention heads but 8 KV heads. How much larger
+#    would its KV cache be without grouped-query attention?
 #
-# The solutions are in the hidden cells below: click to open them.
+# Fill in each stub, then run the check below it. The solutions are in the hidden cells.
+
+# %%
+# Exercise 1: your answer
+from servelab.book import exercise_check
+from servelab.measure.exercises import kv_cache_memory as answers
+
+
+def fp8_extra_sequences() -> int:
+    """How many more 8k-token sequences of Qwen2.5-7B fit on 24 GiB with an fp8 KV cache (`utilization` above)."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(fp8_extra_sequences, answers.fp8_cases(shapes["Qwen/Qwen2.5-7B-Instruct"], utilization),
+                     title="Exercise 1")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1
@@ -465,9 +479,37 @@ print(f"Answer: with an fp8 KV cache, {fp8.max_sequences - bf16.max_sequences} m
       f"Qwen2.5-7B fit on a 24 GiB GPU ({fp8.max_sequences} instead of {bf16.max_sequences}), "
       f"at a utilization of {utilization}.")
 
+
+def fp8_extra_sequences() -> int:
+    return fp8.max_sequences - bf16.max_sequences
+
+
+exercise_check.check(fp8_extra_sequences, answers.fp8_cases(qwen7, utilization), title="Solution 1")
+
+# %%
+# Exercise 2: your answer, first the prediction (no engine). The whole run can also take that budget:
+# `papermill ... -p kv_cache_tokens N`; the hidden solution starts the chapter's "partial block" servers.
+
+
+def vllm_tokens_kept(budget: int, block_size: int) -> int:
+    """The tokens of a `kv_cache_tokens` budget that vLLM keeps with blocks of `block_size` tokens."""
+    raise NotImplementedError
+
+
+# %%
+partial_budget = servers["vLLM, partial block"].options["kv_cache_tokens"]
+exercise_check.check(vllm_tokens_kept, answers.kept_cases(partial_budget, built["block_size"]), title="Exercise 2")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2: both engines started with that budget.
 from servelab.measure.kv_memory.capacity import capacity_for_budget
+
+
+def vllm_tokens_kept(budget: int, block_size: int) -> int:
+    return budget // block_size * block_size  # whole blocks only
+
+
+exercise_check.check(vllm_tokens_kept, answers.kept_cases(partial_budget, built["block_size"]), title="Solution 2")
 
 budget = servers["vLLM, partial block"].options["kv_cache_tokens"]  # two sequences and half a block
 assert budget == 2 * prof.max_model_len + built["block_size"] // 2, "the declared budget assumed another block size"
@@ -486,9 +528,28 @@ else:
     print(f"Answer: an engine refused the budget of {budget} tokens at start: "
           f"{v.get('reason') or g.get('reason')}")
 
+# %%
+# Exercise 3: your answer
+
+
+def kv_growth_without_gqa(shape: kv_memory.ModelShape) -> float:
+    """How many times larger the KV cache per token would be with one KV head per attention head."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(kv_growth_without_gqa, answers.gqa_cases(shapes), title="Exercise 3")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
 llama70 = shapes["meta-llama/Llama-3.1-70B-Instruct"]
+
+
+def kv_growth_without_gqa(shape: kv_memory.ModelShape) -> float:
+    return shape.num_attention_heads / shape.num_key_value_heads
+
+
+exercise_check.check(kv_growth_without_gqa, answers.gqa_cases(shapes), title="Solution 3")
 ratio = llama70.num_attention_heads / llama70.num_key_value_heads
 with_gqa = kv_memory.kv_bytes_per_token(llama70, "bf16")
 print(f"Answer: {ratio:.0f} times larger: {with_gqa * ratio / 2**20:.2f} MiB per token instead of "

@@ -58,7 +58,7 @@ from servelab.engines import flags
 from servelab.measure.chapter_servers import c05
 from servelab.measure.chunked_prefill import live
 from servelab.measure.lineup import side_by_side
-from servelab.measure.rounds import chance_of_agreement
+from servelab.measure.rounds import chance_of_agreement, spread
 from servelab.sim.chunked_prefill import (
     LONG,
     CostModel,
@@ -283,8 +283,9 @@ compared_rounds = {
     "SGLang mixed: p90 gap, largest / smallest chunk": per_round(sgl_mixed_large_cfg, sgl_mixed_cfg, "itl_p90_s"),
     "SGLang mixed: long TTFT, smallest / largest chunk": per_round(sgl_mixed_cfg, sgl_mixed_large_cfg, "long_ttft_s"),
 }
-round_table = pd.DataFrame({name: {"median": r.median(), "lowest round": r.min(), "highest round": r.max()}
-                            for name, r in compared_rounds.items()}).T
+round_table = (pd.DataFrame({name: spread(r.tolist()) for name, r in compared_rounds.items()}).T
+               .rename(columns={"lowest": "lowest round", "highest": "highest round"})
+               [["median", "lowest round", "highest round"]])
 print(f"{rounds} rounds; a difference that is not there puts every round on one side by chance "
       f"{chance_of_agreement(rounds):.0%} of the time.")
 round_table.round(2)
@@ -711,13 +712,31 @@ print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vll
 # %% [markdown]
 # ## Exercises
 #
-# 1. With vLLM's fitted cost, which `--long-prefill-token-threshold` makes the largest budget
-#    give the streams the same p90 gap as the smallest budget? Use the simulator.
-# 2. Double the number of streams in the scenario. How do the p90 gap and the long prompt's TTFT
-#    at the smallest budget change in the simulator, and why?
-# 3. In SGLang without mixed chunk, does a smaller chunk size shorten the streams' longest stall,
-#    as a smaller budget does in vLLM? Check it over the profile's chunk sizes in the simulator, then
-#    with a prefill-decode interval of 1.
+# 1. (10 min, no engine) With vLLM's fitted cost, which `--long-prefill-token-threshold` makes the
+#    largest budget give the streams the same p90 gap as the smallest budget? Use the simulator.
+# 2. (10 min, no engine) Double the number of streams in the scenario. How do the p90 gap and the
+#    long prompt's TTFT at the smallest budget change in the simulator, and why?
+# 3. (10 min, no engine) In SGLang without mixed chunk, does a smaller chunk size shorten the
+#    streams' longest stall, as a smaller budget does in vLLM? Simulate the profile's chunk sizes,
+#    then a prefill-decode interval of 1.
+#
+# Fill in each stub, then run its check; solutions are hidden below.
+
+# %%
+# Exercise 1: your answer. `tradeoff(scenario, [budget], costs["vllm"], SchedulerConfig("vllm",
+# long_prefill_token_threshold=...))` simulates one budget; `sizes` are the budgets, smallest first.
+from servelab.book import exercise_check
+from servelab.measure.exercises import chunked_prefill as answers
+
+
+def long_prefill_threshold() -> int:
+    """The threshold that gives budget sizes[-1] the p90 gap of budget sizes[0]."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(answers.threshold_effect(long_prefill_threshold, scenario, sizes, costs["vllm"]),
+                     answers.threshold_cases(sizes), title="Exercise 1", rel=0.05)
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1: the threshold caps the long prompt's tokens per step; with it equal to budget - streams of the
@@ -737,6 +756,29 @@ print(f"Answer: a threshold of {sizes[0] - streams} tokens (the smallest budget 
       f"{sizes[-1]} gave {said('vLLM: p90 gap, with threshold / smallest budget')} x the p90 gap of budget "
       f"{sizes[0]}.")
 
+
+def long_prefill_threshold() -> int:
+    return sizes[0] - streams
+
+
+exercise_check.check(answers.threshold_effect(long_prefill_threshold, scenario, sizes, costs["vllm"]),
+                     answers.threshold_cases(sizes), title="Solution 1", rel=0.05)
+
+# %%
+# Exercise 2: your answer. `live.scenario_for(...)` builds the scenario (see how the chapter built `scenario`).
+
+
+def doubled_streams() -> dict[str, float]:
+    """At budget sizes[0], 2 x `streams` over `streams`: {"p90 gap ratio": ..., "long TTFT ratio": ...}"""
+    raise NotImplementedError
+
+
+# %%
+scenario_knobs = {"streams": streams, "stream_prompt_tokens": stream_prompt_tokens,
+                  "long_prompt_fraction": long_prompt_fraction}
+exercise_check.check(doubled_streams, answers.doubled_cases(prof.max_model_len, sizes, costs["vllm"], **scenario_knobs),
+                     title="Exercise 2")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2
 doubled = live.scenario_for(prof.max_model_len, sizes[0], streams=2 * streams,
@@ -751,10 +793,37 @@ print(f"Answer: the p90 gap changes by a factor {more.itl_p90_s / base.itl_p90_s
       "steps and its TTFT grows. The decodes take their share of the budget first. None of the growth is queueing: "
       "the long prompt arrives only after the last stream has its warm-up tokens, so no stream prefill is left.")
 
+
+def doubled_streams() -> dict[str, float]:
+    return {"p90 gap ratio": more.itl_p90_s / base.itl_p90_s, "long TTFT ratio": more.long_ttft_s / base.long_ttft_s}
+
+
+exercise_check.check(doubled_streams, answers.doubled_cases(prof.max_model_len, sizes, costs["vllm"], **scenario_knobs),
+                     title="Solution 2")
+
+# %%
+# Exercise 3: your answer. `SchedulerConfig("sglang")` is SGLang without mixed chunk; `costs["sglang"]` its cost.
+
+
+def stall_over_ttft(chunk: int) -> float:
+    """The streams' longest stall over the long prompt's TTFT, in SGLang at chunk size `chunk` (simulated)."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(stall_over_ttft, answers.stall_cases(scenario, sizes, costs["sglang"]), title="Exercise 3")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
 plain = tradeoff(scenario, sizes, costs["sglang"], SchedulerConfig("sglang"))
 plain["stall / TTFT"] = plain.longest_stall_s / plain.long_ttft_s
+
+
+def stall_over_ttft(chunk: int) -> float:
+    return float(plain.set_index("budget")["stall / TTFT"][chunk])
+
+
+exercise_check.check(stall_over_ttft, answers.stall_cases(scenario, sizes, costs["sglang"]), title="Solution 3")
 print(plain[["budget", "long_ttft_s", "longest_stall_s", "stall / TTFT"]].round(3).to_string(index=False))
 print(f"Answer: no. At every chunk size the longest stall is {plain['stall / TTFT'].min():.2f} to "
       f"{plain['stall / TTFT'].max():.2f} of the long prompt's TTFT, because the streams decode only after the last "

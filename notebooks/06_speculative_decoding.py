@@ -188,16 +188,26 @@ results.save("speculative_machine", machine, prof)
 pd.Series(machine).round(1)
 
 # %% [markdown]
-# Now the engine: we start the vLLM servers this chapter times, a plain one and one per speculative
-# method.
+# Now the engine: a plain vLLM server and one per way of drafting. **Prompt lookup** (vLLM's `ngram`
+# method) needs no draft model: it finds the last few tokens earlier in the context and proposes what
+# followed them there. A **draft model** must share the target's tokenizer; none that does is smaller
+# than the cpu profile's SmolLM2-135M, so there the drafts are cut from the model: its first L
+# layers, or the whole **model as its own draft**.
+#
+# :::{dropdown} How we know: the tokenizer rule and SmolLM2's family
+# A draft model must share the target's tokenizer: vLLM checks that the vocabulary sizes match
+# and then runs the draft with the target's tokenizer (`vllm/config/speculative.py`). On a GPU
+# profile the draft is the profile's own draft model. On the cpu profile the model is
+# SmolLM2-135M, the smallest of its family: no smaller model shares its tokenizer (SmolLM2-360M
+# and 1.7B do, but are larger), so the drafts come from the model itself.
+# :::
 #
 # :::{dropdown} How we know: how the servers start
 # Now the engine. We start every vLLM server this chapter times at once: the plain one, one with
-# the n-gram method and one per draft (the drafts are explained below: on the cpu profile they are
-# cut from the model itself, which takes a moment the first time; a GPU profile names its own
-# draft model). Their starts overlap, and each waits idle while another is
-# measured. On a GPU profile, where each server claims most of the GPU's memory, they start one at
-# a time instead (`servelab/measure/lineup.py`).
+# the n-gram method and one per draft (on the cpu profile the drafts are cut from the model itself,
+# which takes a moment the first time; a GPU profile names its own draft model). Their starts
+# overlap, and each waits idle while another is measured. On a GPU profile, where each server
+# claims most of the GPU's memory, they start one at a time instead (`servelab/measure/lineup.py`).
 # :::
 
 # %%
@@ -206,7 +216,7 @@ from concurrent.futures import ThreadPoolExecutor
 from servelab.measure.chapter_servers import c06
 from servelab.measure.kv_memory.capacity import engine_capacity
 from servelab.measure.lineup import Lineup, side_by_side
-from servelab.measure.rounds import chance_of_agreement
+from servelab.measure.rounds import chance_of_agreement, one_side
 from servelab.measure.setup.check import compare, exact_expected, smallest_margins
 from servelab.measure.speculative import gpu as gpu_runs_
 from servelab.measure.speculative import live, load, setups
@@ -256,7 +266,9 @@ if (sweep_tokens - 1) % (k + 1):  # a whole number of verifications after the fi
 if max(concurrency) * (k + 2) > max(forward_tokens):  # the concurrency sweep's largest pass must be measured
     raise ValueError(f"forward_tokens must reach max(concurrency) * (k + 2) = {max(concurrency) * (k + 2)} tokens, "
                      f"got up to {max(forward_tokens)}")
-live.warm_up(plain, setups.TASKS, task_tokens, [setups.TASKS[sweep_task]], concurrency[0], sweep_tokens)
+sweep_prompts = [setups.TASKS[sweep_task]]  # the request every wave of the concurrency sweep repeats
+live.warm_up(plain, setups.TASKS, task_tokens, sweep_prompts, concurrency[0], sweep_tokens)
+warm = {"plain": plain.proc}  # per server, the start its warm-up ran on
 costs = live.forward_costs(plain, block_size, forward_tokens, repeats=forward_repeats, seed=seed)
 results.save("speculative_forward_costs", costs, prof, block_size=block_size)
 fastest = costs.groupby("tokens").seconds.min()  # the repeat least disturbed by anything else running
@@ -484,8 +496,8 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 #
 # ## The real engine
 #
-# Each speculative server answers the chapter's tasks greedily, one at a time (three that repeat much
-# of their prompt, one open-ended), then waves of b identical requests for each b in `concurrency`.
+# Each server answers the chapter's tasks greedily, one at a time (three that repeat much of their
+# prompt, one open-ended), then waves of b identical requests for each b in `concurrency`.
 #
 # :::{dropdown} How we know: the tasks and the sweep
 # Each speculative server answers the chapter's tasks (`servelab/measure/speculative/setups.py`),
@@ -510,8 +522,10 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 #
 # Before its first timed round every server has a warm-up, untimed and not recorded
 # (`live.warm_up`): it answers the tasks once, as a round asks them, and runs one wave of the
-# sweep at the smallest concurrency; on a GPU every start is warmed up again. A server's first
-# requests pay for work done once, which would otherwise fall on its first round alone.
+# sweep at the smallest concurrency. The plain server's is the one before the forward costs; a
+# server is warmed up only once per start, so on a GPU every later start is warmed up again. A
+# server's first requests pay for work done once, which would otherwise fall on its first round
+# alone.
 #
 # A speedup is taken within one round: the method's rate over the plain server's in that same
 # round (`paired_speedups`). The chapter states the median of the rounds. It reads a speedup as
@@ -535,12 +549,13 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # :::
 
 # %%
-sweep_prompts = [setups.TASKS[sweep_task]]
 capacity = {}
 
 
 def warmed(name, server):  # before a server's first timed round (on a GPU: after each of its starts)
-    live.warm_up(server, setups.TASKS, task_tokens, sweep_prompts, concurrency[0], sweep_tokens)
+    if warm.get(name) is not server.proc:  # not warm yet: its warm-up has not run on this start
+        live.warm_up(server, setups.TASKS, task_tokens, sweep_prompts, concurrency[0], sweep_tokens)
+        warm[name] = server.proc
     capacity[name] = {"server": name, **engine_capacity(server)}
 
 
@@ -604,7 +619,7 @@ tasks[["method", "task", "tokens", "drafts", "acceptance rate", "tokens per veri
 # %% [markdown]
 # The table predicts each speedup from the engine's counters: a verification costs k c + v(k + 1)
 # plain steps, where v(n) is the measured cost of a pass over n tokens in one-token passes and c the
-# draft's cost (0 for prompt lookup, below).
+# draft's cost (0 for prompt lookup).
 #
 # :::{dropdown} How we know: the prediction, and the c that fits
 # The prediction counts each verification as k c + v(k + 1) target steps, with v measured above,
@@ -616,9 +631,6 @@ tasks[["method", "task", "tokens", "drafts", "acceptance rate", "tokens per veri
 # :::
 #
 # ### Prompt lookup
-#
-# vLLM's `ngram` method (prompt lookup) needs no draft model: it finds the last few tokens of the
-# context earlier in the context and proposes the tokens that followed them there.
 #
 # :::{dropdown} How we know: the n-gram method's settings and short drafts
 # vLLM's `ngram` method needs no draft model: it looks for the last few tokens of the context
@@ -674,21 +686,11 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 #
 # ### A draft model made from the target
 #
-# A draft model must share the target's tokenizer; none smaller than the cpu profile's SmolLM2-135M
-# does, so there the drafts come from the model itself:
-#
-# :::{dropdown} How we know: the tokenizer rule and SmolLM2's family
-# A draft model must share the target's tokenizer: vLLM checks that the vocabulary sizes match
-# and then runs the draft with the target's tokenizer (`vllm/config/speculative.py`). On a GPU
-# profile the draft is the profile's own draft model. On the cpu profile the model is
-# SmolLM2-135M, the smallest of its family: no smaller model shares its tokenizer (SmolLM2-360M
-# and 1.7B do, but are larger), so the drafts come from the model itself:
-# :::
-#
-# - **the model as its own draft**: all accepted, but it costs what the target does: overhead, no
-#   gain.
-# - **its first L layers**, with its own final norm and LM head: cheaper, but never trained to stop
-#   early.
+# **The model as its own draft** has every draft accepted, yet gains little: each draft token costs a
+# full forward pass of the same model, the step plain decoding takes anyway. What is left is
+# batching: one verification checks the k drafts and adds a token in a single pass, so k + 1 tokens
+# cost about k + v(k + 1) steps instead of k + 1. **Its first L layers** cost less per pass, but were
+# never trained to stop early.
 #
 # :::{dropdown} How we know: the two drafts
 # - **the model as its own draft.** Every drafted token is the target's own choice, so everything
@@ -699,7 +701,18 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 #   (`servelab/machine/draft_models.py` writes such a copy). Cheaper per step, but never trained
 #   to stop early.
 # :::
-#
+
+# %%
+own_draft = next((m.name for m in methods if m.draft_layers == layers), None) if cut_drafts else None
+if own_draft:
+    own = tasks[tasks.method == own_draft]
+    print(f"the model as its own draft: acceptance rate {own['acceptance rate'].min():.2f} at the least; "
+          f"predicted with c = 1, (k + 1) / (k + v(k + 1)) = {(k + 1) / (k + verify_cost(k + 1)):.2f}; "
+          f"measured, per task: {own.speedup.min():.2f} to {own.speedup.max():.2f} (median of the rounds)")
+else:
+    print(f"no model as its own draft: profile {prof.name} drafts with {prof.draft_model}")
+
+# %% [markdown]
 # A draft also keeps its own KV cache inside the server's memory budget:
 #
 # :::{dropdown} How we know: the KV budget
@@ -816,9 +829,8 @@ survival.groupby("method", sort=False)[["drafts", "every draft had k tokens", "a
 #
 # ### Drafts cut from the model, at every depth
 #
-# Every depth can be tried without an engine: one pass of the full model over each answer, keeping
-# every layer's output, shows what a draft of the first L layers would propose, and a replay of vLLM's
-# greedy verification gives its counters.
+# Every depth can be tried without an engine: one pass of the full model keeps every layer's output,
+# and a replay of vLLM's greedy verification gives each depth's counters.
 #
 # :::{dropdown} How we know: the replay, and where it runs
 # This part runs where the drafts are cut from the model itself (the cpu profile); on a GPU
@@ -1018,8 +1030,6 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values="speed
            pass_ms.rename("one pass over b tokens, fastest (ms)")], axis=1).T.round(2)
 
 # %% [markdown]
-# Where each method turns into a slowdown, measured and predicted:
-#
 # :::{dropdown} How we know: reading the rounds and the crossovers
 # The last two rows set the plain server's decode step in the sweep (each request's decode time
 # over its tokens after the first, with b requests sharing every step) beside the fastest single
@@ -1050,7 +1060,7 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values="speed
 # prediction examined below.
 # :::
 
-# %%
+# %% tags=["hide-output"]
 print(f"{rounds} rounds, {'interleaved' if together else 'interleaved, each server restarted every round'}; a method "
       f"with no effect puts "
       f"all {rounds} on one side of 1 with probability {chance_of_agreement(rounds):.0%}; widest spread of a "
@@ -1076,8 +1086,6 @@ results.save("speculative_slowdown", slowdown.reset_index().astype({"sustained s
 slowdown.round(2)
 
 # %% [markdown]
-# Point by point: the measured speedup over the prediction, and the gap between them.
-#
 # :::{dropdown} How we know: the gap and the logits row
 # Point by point: each measured speedup against 1 across its rounds, then the measurement over the
 # prediction, and the gap between them as a cost: measured minus predicted decode time per request,
@@ -1089,7 +1097,7 @@ slowdown.round(2)
 # plain steps (`logits_gap`; left out on a GPU, where NumPy's FLOP/s say nothing about the engine).
 # :::
 
-# %%
+# %% tags=["hide-output"]
 spec_sweep["measured / predicted"] = spec_sweep.speedup / spec_sweep["predicted speedup"]
 
 
@@ -1118,7 +1126,7 @@ results.save("speculative_sweep_gap", spec_sweep, prof, k=k, rounds=rounds)
 lookup_sweep = spec_sweep[spec_sweep.method == ngram_name]
 each_round = [*(lookup_sweep["speedup lowest"] / lookup_sweep["predicted speedup"]),
               *(lookup_sweep["speedup highest"] / lookup_sweep["predicted speedup"])]
-side = load.one_side(each_round)  # every round's measured / predicted, at every b
+side = one_side(each_round)  # every round's measured / predicted, at every b
 print(f"prompt lookup's measured / predicted, each of the {rounds} rounds at every b: "
       + (f"{side} 1 in every round at every b" if side != "both sides" else "on both sides of 1"))
 spread = (spec_sweep["gap, slowest round"] - spec_sweep["gap, fastest round"]).dropna()
@@ -1179,8 +1187,8 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
 # measured and predicted).
 # :::
 #
-# The check tests that each method's measured speedup moves with b the way its own prediction does:
-# direction and rank, not size.
+# The check: each method's speedup moves with b as its own prediction does, in direction and rank,
+# not size.
 #
 # :::{dropdown} How we know: the trend test's zones
 # The check below compares each method's measured trend with its own prediction, from one request
@@ -1202,7 +1210,7 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
 # measured fall twice as steep as predicted passes it.
 # :::
 
-# %%
+# %% tags=["hide-output"]
 measured = spec_sweep.pivot(index="concurrency", columns="method", values="speedup")
 predicted = spec_sweep.pivot(index="concurrency", columns="method", values="predicted speedup")
 low, high = concurrency[0], concurrency[-1]
@@ -1220,7 +1228,7 @@ clear = trends.test.isin(load.DECISIVE)  # every method is in one of the two gro
 print(bool(trends.holds[clear].all()), bool(trends.holds[~clear].all()))
 
 # %% [markdown]
-# What the drafts get accepted does not depend on the load; what a verification costs does:
+# Acceptance does not depend on the load; a verification's cost does:
 #
 # :::{dropdown} How we know: the same requests at every b
 # Tokens per verification and vLLM's acceptance rate, per method and concurrency: the same
@@ -1602,22 +1610,34 @@ pd.DataFrame([
 # %% [markdown]
 # ## Exercises
 #
-# 1. Take the cheapest draft model the chapter ran (on the cpu profile, the cut of the model's
-#    first quarter of layers).
-#    How high would its acceptance probability α have to be, at the chapter's k, for it to break
-#    even on this machine? Compare with its measured α.
-# 2. With this machine's measured forward costs, which k up to the chapter's k maximises the
-#    speedup of prompt lookup at each concurrency of the sweep (where a verification carries
-#    b × (k + 1) tokens)? Use its counters on the four tasks (not the sweep, which repeats one
-#    copying task), and since the i.i.d. model need not fit prompt lookup,
-#    take the tokens per verification of a shorter draft from the measured survival curve: with
-#    k' ≤ k, E(k') = 1 + the sum of the first k' survival values. Hold fixed which tokens the
-#    lookup drafts (the same drafted tokens in drafted tokens / E(k') verifications) and count
-#    each step where it found nothing as one plain step.
-# 3. From the depth sweep: how many layers does a cut need before it agrees with the target on
-#    half the tokens, and what would it gain even if it cost nothing to run?
+# 1. (10 min, no engine) Take the cheapest draft model the chapter ran (on the cpu profile, the cut
+#    of the model's first quarter of layers). How high would its acceptance probability α have to
+#    be, at the chapter's k, for it to break even on this machine? Compare with its measured α.
+# 2. (30 min, take-home, no engine) With this machine's measured forward costs, which k up to the
+#    chapter's k maximises the speedup of prompt lookup at each concurrency of the sweep? The stub
+#    below says how to count.
+# 3. (5 min, no engine) From the depth sweep: how many layers does a cut need before it agrees with
+#    the target on half the tokens, and what would it gain even if it cost nothing to run?
 #
-# The solutions are in the hidden cells below.
+# Fill in each stub, then run its check; solutions are hidden below.
+
+# %%
+# Exercise 1: your answer. `methods` lists the drafts with their relative cost `c` (`.cost`); `verify_cost(n)` is
+# a verification of n tokens in plain steps; `spec.expected_tokens(alpha, k)` the tokens a verification emits.
+from servelab.book import exercise_check
+from servelab.measure.exercises import speculative_decoding as expected
+
+
+def break_even_alpha() -> float:
+    """The smallest alpha at which the cheapest draft emits as many tokens as its k drafts and one verification
+    cost."""
+    raise NotImplementedError
+
+
+# %%
+cheapest = min((m for m in methods if m.cost > 0), key=lambda m: m.cost)
+exercise_check.check(break_even_alpha, expected.break_even_cases(cheapest.name, k, cheapest.cost, verify_cost),
+                     title="Exercise 1")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1: solve E(alpha, k) = k c + v(k + 1) for alpha on a fine grid (E grows with alpha).
@@ -1632,6 +1652,35 @@ if even is None:
 else:
     print(f"Answer: {half.name} would need alpha >= {even:.3f} at k = {k} to break even; it measured "
           f"alpha = {measured:.3f}.")
+
+
+def break_even_alpha() -> float | None:
+    return float(even) if even is not None else None
+
+
+exercise_check.check(break_even_alpha, expected.break_even_cases(cheapest.name, k, cheapest.cost, verify_cost),
+                     title="Solution 1")
+
+# %%
+# Exercise 2: your answer. Use prompt lookup's counters on the four tasks (`answers[ngram_name].counts`: `.drafts`
+# verifications, `.accepted` tokens, `.survival()`), not the sweep, which repeats one copying task. The i.i.d.
+# model need not fit prompt lookup: with k' <= k, E(k') = 1 + the sum of the first k' survival values. Hold fixed
+# which tokens the lookup drafts (drafted tokens, accepted plus one bonus each, in drafted / E(k') verifications),
+# count each step where it found nothing as one plain step, and price a step of b requests with
+# `load.batch_costs(k', 0.0, b, verify_cost)` and `live.predicted_speedup`.
+
+
+def best_k(b: int) -> int:
+    """The k' <= k with the best predicted speedup for prompt lookup with `b` requests (0 if none gains)."""
+    raise NotImplementedError
+
+
+# %%
+lookup_counts = answers[ngram_name].counts
+lookup_steps = float((tasks[tasks.method == ngram_name].tokens - 1).sum())
+exercise_check.check(best_k, expected.best_k_cases(lookup_steps, lookup_counts.drafts + lookup_counts.accepted,
+                                                   lookup_counts.survival(), k, concurrency, verify_cost),
+                     title="Exercise 2")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2: prompt lookup drafts only where it finds a match. Two assumptions pick k': the same
@@ -1676,6 +1725,29 @@ print("Answer, caveat: scaled by the sweep's measured / predicted, the gain abov
       + "; the solution prices the passes of b requests drafting in lockstep (b copies of one answer), "
       "not what the engine adds to them.")
 
+
+def best_k(b: int) -> int:
+    return best_k_at[b][0]
+
+
+exercise_check.check(best_k, expected.best_k_cases(lookup_steps, lookup_counts.drafts + lookup_counts.accepted,
+                                                   lookup_counts.survival(), k, concurrency, verify_cost),
+                     title="Solution 2")
+
+# %%
+# Exercise 3: your answer. `shallow` is the depth sweep (columns "draft layers", agreement, ...), where the
+# profile cuts drafts from its model (`cut_drafts`).
+
+
+def layers_for_half() -> int:
+    """The fewest draft layers whose cut agrees with the target on at least half the tokens."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(layers_for_half, expected.half_agreement_cases(shallow if cut_drafts else None),
+                     title="Exercise 3")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3: the first depth with agreement >= 0.5, and its speedup with c = 0.
 halfway = shallow[shallow.agreement >= 0.5] if cut_drafts else pd.DataFrame()
@@ -1688,3 +1760,11 @@ else:
     free = row["tokens per verification"] / verify_cost(k + 1)
     print(f"Answer: {int(row['draft layers'])} of {layers} layers agree on {row.agreement:.0%} of the tokens; "
           f"free of cost it would give {free:.2f}x, but it reads {row.c:.0%} of the weights per draft step.")
+
+
+def layers_for_half() -> int:
+    return int(halfway.iloc[0]["draft layers"])
+
+
+exercise_check.check(layers_for_half, expected.half_agreement_cases(shallow if cut_drafts else None),
+                     title="Solution 3")

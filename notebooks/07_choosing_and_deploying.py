@@ -551,16 +551,30 @@ for _, row in selection.iterrows():
 # %% [markdown]
 # ## Exercises
 #
-# 1. From the saved head-to-head table, how much does each engine's throughput grow from one point
-#    of the concurrency sweep to the next, against the growth of the requests in flight? Compute
-#    the scaling efficiency (throughput ratio over concurrency ratio) between neighbouring points,
-#    and say where it is lowest.
-# 2. Write SGLang's two-node recipe with tensor parallelism over all eight GPUs (`--tp-size 8`, no
-#    pipeline) instead of four-way tensor parallelism in two pipeline stages, check it with SGLang's
-#    own parser, and compare what each GPU holds in the two layouts with `recipes.refit`.
-# 3. Does either engine win every run? Count, per metric, the runs where the median round favours
-#    vLLM, say for which metrics one engine wins every run, and name the run whose throughput ratio
-#    is farthest from even. Then count the runs where every round favours the same engine.
+# 1. (10 min, no engine) From the saved head-to-head table, compute each engine's scaling
+#    efficiency (throughput ratio over concurrency ratio) between neighbouring points of the
+#    concurrency sweep. Where is it lowest?
+# 2. (10 min, parser, no server) Write SGLang's two-node recipe with tensor parallelism over all
+#    eight GPUs (`--tp-size 8`, no pipeline), check it with SGLang's own parser, and compare what
+#    each GPU holds in the two layouts with `recipes.refit`.
+# 3. (10 min, no engine) Does either engine win every run? Count, per metric, the runs where the
+#    median round favours vLLM, and name the run whose throughput ratio is farthest from even.
+#
+# Fill in each stub, then run its check; solutions are hidden below.
+
+# %%
+# Exercise 1: your answer. `sweep` holds the sweep's rows: engine, concurrency, output_throughput, ...
+from servelab.book import exercise_check
+from servelab.measure.exercises import choosing_and_deploying as answers
+
+
+def scaling_efficiency(engine: str, lower: int, upper: int) -> float:
+    """`engine`'s throughput ratio from `lower` to `upper` requests in flight, over upper / lower."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(scaling_efficiency, answers.efficiency_cases(sweep), title="Exercise 1")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1
@@ -580,6 +594,21 @@ print(f"Answer: the efficiency is below 1 in {len(below)} of {len(eff)} steps (t
       f"{worst.to} requests in flight, where throughput grows x{worst['throughput x']:.2f} for "
       f"x{worst.to / worst['from']:.0f} the requests.")
 
+
+def scaling_efficiency(engine: str, lower: int, upper: int) -> float:
+    row = eff[(eff.engine == engine) & (eff["from"] == lower) & (eff.to == upper)].iloc[0]
+    return float(row.efficiency)
+
+
+exercise_check.check(scaling_efficiency, answers.efficiency_cases(sweep), title="Solution 1")
+
+# %%
+# Exercise 2: your answer, the command as a list of arguments; the recipe is `book["sglang-2node-rank0"]`.
+tp8_command: list[str] = ...  # ["sglang", "serve", "--model-path", ...]
+
+# %%
+exercise_check.check(answers.recipe_facts(lambda: tp8_command), answers.recipe_cases(), title="Exercise 2")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2
 tp8 = ["sglang", "serve", "--model-path", "meta-llama/Llama-3.1-70B-Instruct", "--tp-size", "8", "--nnodes", "2",
@@ -597,6 +626,21 @@ print(f"Answer: SGLang's parser {'accepts' if verdict.ok else 'rejects'} it ({ve
       "the model eight ways. What differs is the traffic between the nodes: with --tp-size 8 every layer ends with an "
       "all-reduce across them, which needs a fast network between the nodes; with two pipeline stages only the "
       "activations cross, once per stage.")
+tp8_command = tp8
+exercise_check.check(answers.recipe_facts(lambda: tp8_command), answers.recipe_cases(), title="Solution 2")
+
+# %%
+# Exercise 3: your answer. `ratio` is vLLM over SGLang per run (rows) for p50_ttft_ms, p50_itl_ms and
+# output_throughput, from each run's median round.
+
+
+def runs_favouring_vllm(metric: str) -> int:
+    """How many runs favour vLLM on `metric` ("TTFT p50", "ITL p50" or "throughput")."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(runs_favouring_vllm, answers.wins_cases(ratio), title="Exercise 3")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3
@@ -608,6 +652,13 @@ winner = {m: "vLLM" if col.all() else "SGLang" if (~col).all() else "neither" fo
 print(f"Answer: vLLM is ahead in {favours.sum().to_dict()} of {len(ratio)} runs per metric; the engine that "
       f"wins every run, per metric: {winner}; the throughput ratio farthest from even is "
       f"{ratio.output_throughput[far]:.2f}, in '{far}'.")
+
+
+def runs_favouring_vllm(metric: str) -> int:
+    return int(favours[metric].sum())
+
+
+exercise_check.check(runs_favouring_vllm, answers.wins_cases(ratio), title="Solution 3")
 agreed = (rounds_range["favoured in every round"] != "").groupby(level="metric").sum()
 print(f"Every round favoured the same engine in {agreed.to_dict()} of {len(ratio)} runs per metric "
       f"({rounds} rounds each; by chance alone {chance_of_agreement(rounds):.0%} of runs with no real difference).")

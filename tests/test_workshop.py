@@ -14,6 +14,7 @@ import shutil
 
 import pandas as pd
 import pytest
+import tomllib
 import yaml
 
 from servelab.book import core_path, workshop, workshop_page, workshop_results
@@ -41,27 +42,27 @@ def _toc_chapters() -> list[str]:
     return [f.removeprefix("notebooks/") for f in files if f.startswith("notebooks/")]
 
 
-def _recorded(chapter: str) -> tuple[float, list[tuple[int, float]]]:
-    """From the executed notebook's JSON alone: the run's seconds, and per solution cell (code lines, seconds)."""
+def _recorded(chapter: str) -> tuple[float, int]:
+    """From the executed notebook's JSON alone: the run's seconds, and how many solution cells it has."""
     nb = json.loads((REPO / "notebooks" / f"{chapter}.ipynb").read_text())
-    solutions = []
-    for cell in nb["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and source.startswith("# Solution"):
-            lines = [x for x in source.splitlines() if x.strip() and not x.lstrip().startswith("#")]
-            solutions.append((len(lines), cell["metadata"]["papermill"]["duration"]))
+    solutions = sum(1 for cell in nb["cells"]
+                    if cell["cell_type"] == "code" and "".join(cell["source"]).startswith("# Solution"))
     return nb["metadata"]["servelab"]["seconds"], solutions
+
+
+def _tagged(chapter: str) -> dict[int, int]:
+    """Each exercise's minutes as servelab/data/exercises.toml tags it, read without servelab."""
+    rows = tomllib.loads((REPO / "servelab" / "data" / "exercises.toml").read_text())["exercise"]
+    return {r["number"]: r["minutes"] for r in rows if r["chapter"] == chapter}
 
 
 def test_slot_lengths_are_run_plus_reading_plus_exercises_from_the_metadata(agendas, timing):
     for agenda in agendas.values():
         for slot in (s for s in agenda.slots if s.kind == "chapter"):
             name = slot.chapter.chapter
-            seconds, solutions = _recorded(name)
+            seconds, _ = _recorded(name)
             words = core_path.measure(REPO / "notebooks" / f"{name}.py").core_words
-            exercises = sum(math.ceil(timing[name].exercise(n).question_words / workshop.READING_WPM
-                                      + solutions[n - 1][0] * workshop.MINUTES_PER_SOLUTION_LINE
-                                      + solutions[n - 1][1] / 60) for n in slot.exercises)
+            exercises = sum(_tagged(name)[n] for n in slot.exercises)
             assert slot.minutes == math.ceil(seconds / 60) + math.ceil(words / workshop.READING_WPM) + exercises, name
 
 
@@ -69,8 +70,8 @@ def test_every_exercise_has_its_solution_and_the_chapters_their_exercises(timing
     assert [n for n, t in timing.items() if not t.exercises] == ["00_setup_check"]
     for name, t in timing.items():
         assert [e.number for e in t.exercises] == list(range(1, len(t.exercises) + 1)), name
-        assert len(_recorded(name)[1]) == len(t.exercises), name
-        assert all(e.question_words > 0 and e.solution_lines > 0 for e in t.exercises), name
+        assert _recorded(name)[1] == len(t.exercises), name
+        assert {e.number: e.minutes for e in t.exercises} == _tagged(name) and all(e.minutes > 0 for e in t.exercises)
 
 
 def test_an_exercise_without_a_solution_is_refused():
@@ -112,9 +113,9 @@ def test_every_plan_keeps_the_chapters_first_in_priority_and_the_book_order(agen
 
 
 def test_numbers_decide_what_fits():
-    def chapter(name: str, run_s: float, *lines: int) -> workshop.ChapterTime:
+    def chapter(name: str, run_s: float, *minutes: int) -> workshop.ChapterTime:
         return workshop.ChapterTime(name, run_s, 2 * workshop.READING_WPM,
-                                    tuple(workshop.Exercise(i, 0, n, 0.0) for i, n in enumerate(lines, 1)))
+                                    tuple(workshop.Exercise(i, n) for i, n in enumerate(minutes, 1)))
 
     timing = {n: chapter(n, 600, 4, 9) for n in workshop.PRIORITY}  # each slot: 10 + 2 + 4 minutes at least
     agenda = workshop.plan("90min", timing)

@@ -5,12 +5,11 @@ A chapter's slot is its run, its reading and its exercises, each rounded up to w
 - run: the seconds its last recorded run took (the executed notebook's `servelab` metadata, `seconds`), which
   must be a run on the cpu profile (`PROFILE`), the one the committed notebooks record;
 - reading: its core path's words (`core_path.measure`) at `READING_WPM`;
-- an exercise: its question's words at `READING_WPM`, writing a solution as long as the chapter's own
-  (`MINUTES_PER_SOLUTION_LINE` for each line of code in its hidden solution cell) and running it (the seconds
-  papermill recorded for that cell).
+- an exercise: the minutes it is tagged with (`servelab/data/exercises.toml`, read by `exercise_data`; the same
+  tag the reader sees in the exercise's text). A take-home exercise goes into no plan.
 
 A plan (`PLANS`) has a length in minutes, wall clock, and breaks at fractions of its teaching time. `plan` fills
-it: chapters in `PRIORITY` order, each with its shortest exercise, as long as they fit; then the remaining
+it: chapters in `PRIORITY` order, each with its shortest exercise done in class, as long as they fit; then the remaining
 exercises, shortest first; the minutes left over go to the closing questions. Breaks fall on the chapter
 boundaries nearest their fractions. `python -m servelab.book.workshop_page` writes book/workshop.md.
 """
@@ -23,11 +22,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.book import chapters, core_path, execution_key
+from servelab.book import chapters, core_path, execution_key, exercise_data
 
 PROFILE = "cpu"  # the profile whose recorded runs give the run times (the committed notebooks' profile)
 READING_WPM = 200  # words a minute: reading the core path and an exercise's question
-MINUTES_PER_SOLUTION_LINE = 1.0  # writing and checking one line of code like the solution's
 WELCOME_MINUTES = 5  # the opening: the machines, the banner, where results go
 MIN_CLOSING_MINUTES = 5  # questions at the end; a plan's spare minutes are added to them
 BREAKS = {"break": 15, "lunch": 60}  # minutes
@@ -59,14 +57,8 @@ PLANS = {p.name: p for p in (
 @dataclass(frozen=True)
 class Exercise:
     number: int
-    question_words: int
-    solution_lines: int
-    solution_seconds: float
-
-    @property
-    def minutes(self) -> int:
-        return math.ceil(self.question_words / READING_WPM + self.solution_lines * MINUTES_PER_SOLUTION_LINE
-                         + self.solution_seconds / 60)
+    minutes: int  # as tagged: reading it, writing the answer, any run it needs
+    take_home: bool = False  # longer than a session's slot: no plan does it in class
 
 
 @dataclass(frozen=True)
@@ -92,16 +84,13 @@ class ChapterTime:
         return next(e for e in self.exercises if e.number == number)
 
     def by_length(self) -> list[Exercise]:
-        return sorted(self.exercises, key=lambda e: (e.minutes, e.number))
+        """The exercises a session can do in class, shortest first."""
+        return sorted((e for e in self.exercises if not e.take_home), key=lambda e: (e.minutes, e.number))
 
 
-def _code_lines(source: str) -> int:
-    return sum(1 for line in source.splitlines() if line.strip() and not line.lstrip().startswith("#"))
-
-
-def exercises(notebook: dict, name: str = "the notebook") -> tuple[Exercise, ...]:
-    """The exercises of an executed notebook: the numbered items after its `## Exercises` heading, each with the
-    hidden solution cell that starts `# Solution N` (its code lines and the seconds papermill recorded)."""
+def exercises(notebook: dict, name: str = "the notebook", chapter: str | None = None) -> tuple[Exercise, ...]:
+    """The exercises of an executed notebook: the numbered items after its `## Exercises` heading, each with a
+    hidden solution cell that starts `# Solution N`, and their tagged minutes (`exercise_data`, for `chapter`)."""
     cells = notebook["cells"]
     start = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
                   and re.search(r"^## Exercises\s*$", "".join(c["source"]), re.M)), None)
@@ -118,16 +107,16 @@ def exercises(notebook: dict, name: str = "the notebook") -> tuple[Exercise, ...
             words[current] += core_path.words(line)  # the item's continuation
         elif line.strip():
             current = None  # a paragraph after the list
-    solutions = {}
-    for c in cells[start:]:
-        source = "".join(c["source"])
-        if c["cell_type"] == "code" and (m := _SOLUTION.match(source)):
-            seconds = c["metadata"].get("papermill", {}).get("duration") or 0.0
-            solutions[int(m.group(1))] = (_code_lines(source), seconds)
+    solutions = {int(m.group(1)) for c in cells[start:]
+                 if c["cell_type"] == "code" and (m := _SOLUTION.match("".join(c["source"])))}
     if sorted(words) != sorted(solutions):
         raise ValueError(f"{name}: exercises {sorted(words)} but solutions {sorted(solutions)}: each numbered exercise "
                          "needs one hidden cell starting '# Solution N'")
-    return tuple(Exercise(n, words[n], *solutions[n]) for n in sorted(words))
+    facts = {f.number: f for f in exercise_data.load().get(chapter or "", ())}
+    if chapter is not None and sorted(facts) != sorted(words):
+        raise ValueError(f"{name}: exercises {sorted(words)} but {exercise_data.FILE} tags {sorted(facts)}")
+    return tuple(Exercise(n, facts[n].minutes, facts[n].take_home) if n in facts else Exercise(n, 0)
+                 for n in sorted(words))
 
 
 def chapter_time(source: Path) -> ChapterTime:
@@ -140,7 +129,7 @@ def chapter_time(source: Path) -> ChapterTime:
                          f"{source.stem}")
     parsed = json.loads(notebook.read_text(encoding="utf-8"))
     return ChapterTime(source.stem, float(meta["seconds"]), core_path.measure(source).core_words,
-                       exercises(parsed, notebook.name))
+                       exercises(parsed, notebook.name, source.stem))
 
 
 def chapter_meta(chapter: str) -> dict:
@@ -201,7 +190,7 @@ def _choose(timing: dict[str, ChapterTime], teaching: int) -> dict[str, list[int
         if used + cost <= teaching:
             chosen[name], used = [e.number for e in first], used + cost
     extra = sorted((e.minutes, PRIORITY.index(name), e.number, name) for name in chosen
-                   for e in timing[name].exercises if e.number not in chosen[name])
+                   for e in timing[name].by_length() if e.number not in chosen[name])
     for minutes, _, number, name in extra:
         if used + minutes <= teaching:
             chosen[name].append(number)

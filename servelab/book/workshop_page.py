@@ -56,10 +56,8 @@ def timing_section(timing: dict[str, ChapterTime], gpu: dict[str, dict[str, laun
            f"| run time: each chapter's last recorded run, on the profile | `{workshop.PROFILE}` |",
            f"| the machine of those runs: processor | {where.get('cpu', '?')} |",
            f"| the machine of those runs: CPU cores | {where.get('cpu_cores', '?')} |",
-           f"| reading the core path and an exercise's question (words a minute) | {workshop.READING_WPM} |",
-           f"| writing an exercise's solution (minutes per line of code in the book's solution) | "
-           f"{workshop.MINUTES_PER_SOLUTION_LINE:g} |",
-           "| running an exercise's solution | the seconds the book's solution cell took |", ""]
+           f"| reading the core path (words a minute) | {workshop.READING_WPM} |",
+           "| an exercise | the minutes it is tagged with in the chapter; a take-home exercise is in no plan |", ""]
     head = ["chapter", "run on cpu", "reading", "exercises", "each exercise (minutes)",
             *[f"{p}: engine starts" for p in gpu]]
     out += ["All times in minutes.", "", "| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
