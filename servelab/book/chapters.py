@@ -2,7 +2,8 @@
 
 Each notebook is executed from its percent-format `.py` source with papermill, into a temporary
 file that replaces the committed `.ipynb` only when the run succeeded, so a failed run never
-leaves a half-written notebook behind.
+leaves a half-written notebook behind. The figures it drew in the other languages (`figure_languages`) replace
+the previous run's with it, in `notebooks/figures/NN_name/` (`figure_outputs`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from servelab.book import execution_key, results
+from servelab.book import execution_key, figure_outputs, results
 from servelab.machine import profiles
 from servelab.machine.paths import REPO, results_dir
 from servelab.measure.setup.by_hand import comparable_argv
@@ -123,10 +124,11 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
     files = execution_key.inputs(source)  # before the run: what it ran with, even if a file changes meanwhile
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{source.stem}-") as tmp:
         unexecuted, executed, trace = Path(tmp) / "in.ipynb", Path(tmp) / "out.ipynb", Path(tmp) / "trace.jsonl"
+        renders = Path(tmp) / "figures"  # each figure in the other languages (figure_languages)
         jupytext.write(notebook, unexecuted)
         t0 = time.monotonic()
         try:
-            with _environment(SERVELAB_CHAPTER=source.stem, SERVELAB_TRACE=str(trace),
+            with _environment(SERVELAB_CHAPTER=source.stem, SERVELAB_TRACE=str(trace), SERVELAB_FIGURES=str(renders),
                               SERVELAB_I18N_DRAWN=str(trace.with_name("drawn.txt")),
                               SERVELAB_START_LOG=str(trace.with_name("starts.jsonl"))):
                 papermill.execute_notebook(
@@ -140,6 +142,7 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
                                  f"{output.name} was left as it was{kept}") from err
         _record(executed, source, files, profile, parameters, trace, time.monotonic() - t0)
         os.replace(executed, output)
+        figure_outputs.keep(renders, output)
     return output
 
 
@@ -172,8 +175,9 @@ def build_book(out: Path | None = None, *, languages: tuple[str, ...] | None = N
     """Build the HTML book in each language into `<out>/_build/html/<lang>/` (default: every language), warnings
     as errors, each language with its own doctree folder; `<out>/_build/html/index.html` is the landing page that
     links the five. Returns `<out>/_build/html`. The catalogs under locales/ translate the prose; pages show the
-    executed English notebooks' outputs (their figures were drawn in English): the committed ones, or those of
-    the Sphinx source folder `source` (a workspace, `servelab.book.workspace`)."""
+    executed English notebooks' outputs: the committed ones, or those of the Sphinx source folder `source` (a
+    workspace, `servelab.book.workspace`), with each figure in the page's language where the run drew one
+    (`figure_outputs`)."""
     from servelab.book import sphinx_run
     from servelab.book.i18n import LANGUAGES, check_languages
 

@@ -9,7 +9,9 @@ folder's language, so a translated notebook plots in its language with code iden
 A message without a finished translation comes back in English; with SERVELAB_I18N_MISSES=path,
 each such message is also appended to that file (a test reads it). With SERVELAB_I18N_DRAWN=path every
 message asked for, in any language, is appended there: `chapters.execute` records what a chapter drew, and
-a test checks that each catalog translates it, without running the chapter in that language.
+a test checks that each catalog translates it, without running the chapter in that language. `ASKED` keeps the
+same messages in the process, for `figure_languages`, which relabels an English figure in every language
+(`in_language`) when a chapter is executed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from servelab.machine.paths import REPO
 
 LOCALES = REPO / "locales"
 LANGUAGES = ("en", "ja", "ko", "de", "es")
+ASKED: set[str] = set()  # every message `t` was asked for in this process
 
 
 def language() -> str:
@@ -54,6 +57,7 @@ def _catalog(lang: str) -> dict[str, str]:
 def t(message: str) -> str:
     """`message` in the reader's language."""
     lang = language()
+    ASKED.add(message)
     if drawn := os.environ.get("SERVELAB_I18N_DRAWN"):
         with open(drawn, "a", encoding="utf-8") as f:
             f.write(message.replace("\n", "\\n") + "\n")
@@ -62,6 +66,11 @@ def t(message: str) -> str:
         with open(misses, "a", encoding="utf-8") as f:
             f.write(f"{lang}\t{message}\n")
     return found or message
+
+
+def in_language(message: str, lang: str) -> str | None:
+    """The finished translation of `message` into `lang` (a known language), or None."""
+    return _catalog(check_languages([lang])[0]).get(message)
 
 
 def N_(message: str) -> str:  # noqa: N802 (gettext's name)

@@ -7,9 +7,11 @@ import warnings
 from matplotlib import font_manager
 from matplotlib import pyplot as plt
 
+from servelab.book import figure_languages
+from servelab.book.figure_languages import CJK_FONTS
 from servelab.book.i18n import language, t
 
-CJK_FONTS = ("Noto Sans CJK JP", "Noto Sans CJK KR", "Noto Sans CJK SC")
+__all__ = ["CJK_FONTS", "axes", "label", "style"]
 
 
 def label(text: str) -> str:
@@ -18,7 +20,8 @@ def label(text: str) -> str:
 
 
 def style() -> None:
-    """House style; picks a CJK-capable font when the language needs one and it is installed."""
+    """House style; picks a CJK-capable font when the language needs one and it is installed. In a chapter being
+    executed, every figure shown is also drawn in the other languages (`figure_languages`)."""
     plt.rcParams.update({"figure.figsize": (7, 4), "figure.dpi": 110, "axes.grid": True,
                          "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False})
     if language() in ("ja", "ko"):
@@ -30,6 +33,7 @@ def style() -> None:
         else:
             warnings.warn(f"no CJK font installed ({', '.join(CJK_FONTS)}): {language()} plot labels will show "
                           "empty boxes; install one (Debian/Ubuntu: sudo apt-get install fonts-noto-cjk)", stacklevel=2)
+    figure_languages.install()
 
 
 def axes(title: str, xlabel: str, ylabel: str, ax: plt.Axes | None = None) -> plt.Axes:

@@ -46,12 +46,13 @@ def run(builder: str, out: Path, doctrees: Path, language: str = "en", quiet: bo
         raise RuntimeError(f"the Sphinx {builder} build ({language}) failed: its warnings, printed above, are errors")
 
 
-def translated_toc(language: str, folder: Path) -> Path:
-    """`_toc.yml` with every part's caption in `language` (from the intro's catalog), written into `folder`."""
+def translated_toc(language: str, folder: Path, source: Path = REPO) -> Path:
+    """`source`'s `_toc.yml` with every part's caption in `language` (from the intro's catalog), written into
+    `folder`."""
     from servelab.book import catalogs
 
     captions = catalogs.translation(language, "book/intro")
-    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    toc = yaml.safe_load((Path(source) / "_toc.yml").read_text())
     for part in toc.get("parts", []):
         part["caption"] = captions.get(part["caption"], part["caption"])
     folder.mkdir(parents=True, exist_ok=True)
@@ -92,7 +93,7 @@ def _main(argv: list[str]) -> int:
     overrides = {"language": language, "latex_individualpages": False}
     if language != "en" and builder == "html":
         overrides |= {"html_title": translated_title(language),
-                      "external_toc_path": str(translated_toc(language, Path(doctrees)))}
+                      "external_toc_path": str(translated_toc(language, Path(doctrees), Path(source)))}
     result = build_sphinx(source, str(out), noconfig=True, path_config=str(Path(source) / "_config.yml"),
                           confoverrides=overrides, doctreedir=str(doctrees), builder=builder,
                           warningiserror=True, keep_going=True, quiet="--quiet" in argv)

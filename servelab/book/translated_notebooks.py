@@ -1,14 +1,15 @@
 """Chapters in another language for a workshop: markdown from the catalogs, code byte-identical to English.
 
-`write(lang)` turns every chapter's source `notebooks/NN_name.py` (the notebook as a participant
-gets it: no outputs, no parameters injected by the committed run) into `notebooks/<lang>/NN_name.ipynb`
-(generated, not committed: git ignores `notebooks/*/`) with every paragraph, heading and list item
-of its markdown cells replaced by the finished translation from
+`write(lang)` turns every chapter's source `notebooks/NN_name.py` (no parameters injected by the committed run)
+into `notebooks/<lang>/NN_name.ipynb` (generated, not committed: git ignores `notebooks/*/`) with every paragraph,
+heading and list item of its markdown cells replaced by the finished translation from
 `locales/<lang>/LC_MESSAGES/notebooks/NN_name.po` (English where there is none yet) and its code cells
-unchanged (a participant runs the notebook; its plots are then labelled in that
-language, because a kernel started in `notebooks/<lang>/` picks the language from its folder,
-see `servelab.book.i18n`). A block is found the way Sphinx's gettext builder finds it: a MyST
-paragraph or heading, its lines joined by spaces, which is the catalog's msgid.
+unchanged. Like the English notebook a participant opens, it carries the executed chapter's outputs, with every
+figure in its language (the renders the run drew, `figure_outputs`; printed text stays as the English run printed
+it); when the executed notebook's code is not the source's (a chapter edited since its run) it carries none. A
+participant who runs it gets plots labelled in that language, because a kernel started in `notebooks/<lang>/`
+picks the language from its folder (`servelab.book.i18n`). A block is found the way Sphinx's gettext builder
+finds it: a MyST paragraph or heading, its lines joined by spaces, which is the catalog's msgid.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from servelab.book import catalogs, chapters
+from servelab.book import catalogs, chapters, figure_outputs
 from servelab.book.po_markup import _parser
 
 
@@ -69,6 +70,23 @@ def msgids(notebook: Path) -> list[str]:
     return [b[3] for cell in nb.cells if cell.cell_type == "markdown" for b in blocks(cell.source)]
 
 
+def carry_outputs(nb: nbformat.NotebookNode, executed: Path, lang: str) -> bool:
+    """Give `nb`'s code cells the outputs of the executed notebook `executed`, its figures in `lang`; only when
+    its code cells (the injected parameters aside) are `nb`'s, else returns False and leaves `nb` as it is."""
+    if not executed.is_file():
+        return False
+    ran = [c for c in nbformat.read(executed, as_version=4).cells
+           if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
+    ours = [c for c in nb.cells if c.cell_type == "code"]
+    if [c.source for c in ran] != [c.source for c in ours]:
+        return False
+    figures = figure_outputs.folder(executed)
+    for cell, theirs in zip(ours, ran, strict=True):
+        cell.outputs, cell.execution_count = theirs.outputs, theirs.get("execution_count")
+    figure_outputs.localize(nb, figures, lang)
+    return True
+
+
 def write(lang: str, names: list[str] | None = None, out: Path | None = None) -> dict[Path, int]:
     """Write `<out>/<lang>/NN_name.ipynb` (default out: notebooks/); returns each file's blocks left in English."""
     catalogs.check_language(lang)
@@ -83,6 +101,7 @@ def write(lang: str, names: list[str] | None = None, out: Path | None = None) ->
             if cell.cell_type == "markdown":
                 cell.source, untranslated = translate_markdown(cell.source, messages)
                 missing += len(untranslated)
+        carry_outputs(nb, (out or chapters.NOTEBOOKS) / f"{source.stem}.ipynb", lang)
         nb.metadata["servelab"] = {"language": lang, "translated_from": f"notebooks/{source.name}"}
         target = folder / f"{source.stem}.ipynb"
         nbformat.write(nb, target)
