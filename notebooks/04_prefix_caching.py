@@ -160,8 +160,8 @@ plt.show()
 # it takes the next oldest too, freeing more than asked. The locked branch stayed.
 
 # %% [markdown]
-# The chapter starts three servers, vLLM, SGLang and a second SGLang with a cache-aware scheduling
-# policy, all with the same small *KV budget*: how many tokens of KV their cache can hold.
+# The chapter starts three servers, all with the same small *KV budget*: how many tokens of KV their
+# cache can hold.
 #
 # :::{dropdown} How we know: how the servers are started
 # Starting an engine takes tens of seconds on a CPU, so the chapter starts as few servers as it
@@ -187,6 +187,7 @@ plt.show()
 
 # %%
 from servelab.measure.chapter_servers import c04
+from servelab.measure.kv_events import Recorder
 from servelab.measure.lineup import Lineup, side_by_side
 from servelab.measure.prefix_cache.policies import start_policy_orders
 
@@ -195,8 +196,10 @@ from servelab.measure.prefix_cache.policies import start_policy_orders
 # has an endpoint that empties its cache, SGLang's report cached tokens and prefill a burst in one step
 servers = c04.servers(prof, kv_tokens=kv_tokens)
 kv_tokens = servers["vllm"].options["kv_cache_tokens"]
-lineup = Lineup({name: launch.server(prof) for name, launch in servers.items()},
-                together=side_by_side(prof), background=True)
+# vLLM and SGLang publish their KV-cache events to a recorder of ours, on 127.0.0.1, started before them
+recorders = {name: Recorder(name, prof).start() for name in ("vllm", "sglang")}
+lineup = Lineup({name: launch.server(prof, **(recorders[name].options() if name in recorders else {}))
+                 for name, launch in servers.items()}, together=side_by_side(prof), background=True)
 policy_script = start_policy_orders(prof)
 
 # %% [markdown]
@@ -404,15 +407,18 @@ pd.DataFrame({name: pd.Series([len(t) for t in seqs]).describe()[["count", "min"
 #
 # ### vLLM
 #
-# vLLM keeps one block of its pool back (its *null block*, a placeholder), so requests can use one
-# block fewer than it built: the "usable" tokens printed below.
+# vLLM's blocks hold 16 tokens by default on GPUs and 128 on its CPU build (this server's size is
+# printed below). vLLM keeps one block of its pool back (its *null block*, a
+# placeholder), so requests can use one block fewer than it built: the "usable" tokens.
 
 # %%
 from servelab.engines.metrics import scrape
+from servelab.measure.kv_events import record_eviction
 from servelab.measure.prefix_cache import salt as prefix_salt
 from servelab.measure.prefix_cache.live import measured_hits, on_off_pairs, set_apart
 
 hit_workloads = [name for name in tokens if name != "cycle"]
+vllm_events, vllm_referee = record_eviction(vllm, recorders["vllm"])  # shown in the section on eviction
 vllm_built = engine_capacity(vllm)
 vllm_config = scrape(vllm.url).labels("vllm:cache_config_info")
 print(f"vLLM {vllm.version()}: {vllm_built['blocks']} blocks of {vllm_built['block_size']} tokens "
@@ -444,6 +450,7 @@ print((vllm_hits.cached_tokens == vllm_hits.predicted).all(),
 
 # %%
 sglang = lineup.take("sglang")
+sglang_events, sglang_referee = record_eviction(sglang, recorders["sglang"])  # shown in the section on eviction
 sglang_built = engine_capacity(sglang)
 info = server_info(sglang)
 print(f"SGLang {sglang.version()}: {sglang_built['tokens']} KV tokens, page_size={sglang_built['block_size']}, "
@@ -531,10 +538,10 @@ print(not aligned or (both.sglang >= both.vllm).all(), not aligned or (both.sgla
 # %% [markdown]
 # ### An agent tree through SGLang's frontend `fork`
 #
+# :::{dropdown} How we know: how the tree runs through `fork` and is replayed on vLLM
 # An aside you may skip: the same agent tree through SGLang's real frontend, `fork`, branches in
 # parallel. The dropdowns say how it runs and what its table shows.
 #
-# :::{dropdown} How we know: how the tree runs through `fork` and is replayed on vLLM
 # The **agent_tree** workload above imitates the shape of `fork` and sends its requests one after
 # another. Here a tree of the same shape runs through SGLang's real frontend language, in SGLang's
 # Python environment, against the SGLang server above
@@ -633,8 +640,9 @@ sweep = block_size_sweep({name: tokens[name] for name in hit_workloads}, sizes, 
 results.save("prefix_block_size_sweep", sweep, prof)
 ax = plots.axes("Hit rate against block size (simulated on the engines' token ids)",
                 "block size (tokens; 1 = SGLang's radix tree)", "cached / prompt tokens (%)")
-for name, rows in sweep.groupby("workload", sort=False):
-    ax.plot(rows["block size"], 100 * rows["hit rate"], marker="o", label=name)
+# points only: nothing was computed between two block sizes
+for (name, rows), marker in zip(sweep.groupby("workload", sort=False), "osD^vP*X", strict=False):
+    ax.plot(rows["block size"], 100 * rows["hit rate"], marker=marker, linestyle="none", label=name)
 ax.set_xscale("log", base=2)
 ax.set_xticks(sizes, [str(size) for size in sizes])
 ax.axvline(vllm_built["block_size"], color="grey", linestyle=":", label=plots.label("this vLLM's block size"))
@@ -661,9 +669,67 @@ plt.show()
 #
 # ## Eviction under a small cache
 #
-# The **cycle** documents together overflow the KV budget, so each new one must evict something.
-# Both engines evict least recently used first, in different units: SGLang whole leaves (here, whole
-# documents), vLLM blocks, given back tail first, so a document's end goes before its beginning.
+# A full cache evicts what was least recently used, in each engine's unit: SGLang whole leaves of
+# its tree, vLLM blocks, which a finished request gives back tail first. Both
+# engines can publish every block or page they store and evict. A recorder of ours listened while
+# each served five requests: a document A, A with a question, A's blocks again, a document B that does
+# not fit beside A, then A again. Drag the slider: vLLM's pool left, SGLang's tree right, each
+# step's engine events below.
+#
+# :::{dropdown} How we know: the recording, and the referee behind the picture
+# The servers were started with `--kv-events-config`, which makes each engine publish batches of
+# `BlockStored`, `BlockRemoved` and `AllBlocksCleared` events over ZeroMQ to an address we give. The
+# address is a port on 127.0.0.1 where our recorder listens (`servelab/engines/engine_side/kv_event_recorder.py`,
+# run in each engine's own venv): with a concrete host each engine's publisher connects to it, so the
+# servers bind nothing more. The recorder decodes every batch with the engine's own classes
+# (`KVEventBatch` in `vllm/distributed/kv_events.py` and in `sglang/srt/disaggregation/kv_events.py`)
+# and writes it with the time it arrived; the requests are marked with their send and finish times
+# (`servelab/measure/kv_events/record.py`).
+#
+# What each engine publishes, read in the installed sources and seen in the traces: vLLM one stored
+# block per block that becomes full (`cache_full_blocks` in `vllm/v1/core/block_pool.py`), and a removed
+# one each time a cached block is taken for a new request (`_maybe_evict_cached_block`); a recomputed
+# last block is stored again under the same hash. SGLang one hash per page (one token on the CPU build),
+# runs of them merged into one event, when a request's prompt enters the tree and when a leaf is
+# evicted (`sglang/srt/mem_cache/events.py`); its CPU server's tree core is compiled
+# (`RustUnifiedTreeCore`), so the trace is what shows that it follows the Python trees' rules.
+#
+# The events name blocks by hash, not by position, and the two engines hash differently. So the picture
+# draws our own caches (`servelab/sim/prefix_cache/`) replayed on the same token ids, with each
+# engine's events beside them, and a referee (`servelab/measure/kv_events/replay.py`) compares, request
+# by request, what the engine stored and removed with what our cache did, each unit named by its
+# content. The check below prints True only when every request agrees and no event is missing, extra
+# or out of its window; the table under the figure lists each request, and what the referee cannot see.
+# :::
+
+# %%
+from servelab.book import kv_event_figure
+from servelab.measure.kv_events import frames
+
+for name, trace, referee in (("vllm", vllm_events, vllm_referee), ("sglang", sglang_events, sglang_referee)):
+    results.save(f"kv_events_{name}", trace.to_dict(), prof, kv_tokens=kv_tokens)
+    results.save(f"kv_events_referee_{name}", referee.table, prof, kv_tokens=kv_tokens, unit=referee.unit)
+kv_event_figure.scrubber(frames(vllm_referee, sglang_referee),
+                         title=plots.label("The engines' own KV-cache events, one request at a time"))
+
+# %% tags=["hide-output"]
+for referee in (vllm_referee, sglang_referee):
+    print(f"{referee.engine}, in {referee.unit}s of {referee.unit_tokens} token(s):")
+    print(referee.table.to_string(index=False))
+    print("not compared:", *referee.differences, sep="\n  ")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+evicted = {r.engine: r.table.set_index("request").engine_removed for r in (vllm_referee, sglang_referee)}
+kept = {r.engine: r.table.set_index("request").engine_hit for r in (vllm_referee, sglang_referee)}
+print(vllm_referee.agree, sglang_referee.agree, evicted["vllm"]["3"] > 0, evicted["sglang"]["3"] > 0,
+      kept["vllm"]["4"] > 0, kept["sglang"]["4"] > 0)
+
+# %% [markdown]
+# Document B evicted on both engines: vLLM gave back A's last blocks, SGLang its least recently used
+# leaves, and both kept A's beginning for its return. Our caches, replayed, did exactly what the
+# engines reported. The **cycle** documents do this at scale: together they
+# overflow the KV budget, so each new one evicts something.
 #
 # :::{dropdown} How we know: the eviction order in vLLM's code
 # Every server in this chapter has the same small KV budget. The **cycle** workload reads
@@ -788,6 +854,9 @@ print(f"cache-agnostic policies refresh the recency of the waiting requests' cac
 # %% [markdown]
 # `lpm` (longest prefix match) puts the requests with the longest cached prefix first; with the
 # radix cache off, or more waiting requests than the limit printed above, it falls back to `fcfs`.
+# `dfs-weight` walks the tree depth first, busiest branch first, so requests sharing a prefix go
+# together; `shortest-prefill-first` takes the fewest uncached tokens first; `hrrn` (highest response
+# ratio next) favours long waits for little prefill; `lof` (longest output first) ignores the cache.
 #
 # :::{dropdown} How we know: when the cache-aware policies give way
 # `lpm` (longest prefix match) sorts the waiting queue so that requests with the longest cached
@@ -949,8 +1018,7 @@ print(queued, fresh_together, cached["SGLang, lpm"] > cached["SGLang, fcfs"], fo
 # %% [markdown]
 # ### Every policy on the same queue, in-process
 #
-# Other policies would each need a server, but SGLang's ordering code needs no model: a script lets
-# every policy sort the same queue once, as in the first round.
+# SGLang's ordering code needs no model, so a script lets every policy sort the same queue once.
 #
 # :::{dropdown} How we know: what the in-process run builds and leaves out
 # The order itself is SGLang code that needs no model: `SchedulePolicy.calc_priority` in
@@ -1098,9 +1166,11 @@ print(all(burst_check.loc[p, "every reuser first"] for p in ("lpm", "dfs-weight"
 #
 # Turning the cache off takes a flag and another server; for the prefill a *pair* suffices: empty
 # the cache, send a few-shot request, which prefills its whole prompt, then another, which finds the
-# system prompt cached. "Faster with the cache on" must hold in all `rounds` rounds.
+# system prompt cached.
 #
 # :::{dropdown} How we know: the pairs, the rounds, and what the flush leaves behind
+# "Faster with the cache on" must hold in all `rounds` rounds.
+#
 # Each engine can turn its prefix cache off with a flag (vLLM `--no-enable-prefix-caching`,
 # SGLang `--disable-radix-cache`), but a flag means one more server to start. For the prefill the
 # same comparison needs none. Each *pair* empties the cache, sends one few-shot request, which
@@ -1166,8 +1236,7 @@ print(on_off["on ahead in every round"].all(), (on_off["cached tokens off (sum)"
 
 # %% [markdown]
 # With the cache on, a request prefills only its question; the lines above show whether the time
-# shrinks as much as the tokens. Where it shrinks less, the likely reason is SGLang's CPU attention
-# kernel, which still attends over the cached prefix (read from the sources, below).
+# shrinks as much as the tokens.
 #
 # :::{dropdown} How we know: why the time may shrink less than the tokens
 # With the cache emptied a request prefills its whole prompt; with it on, only its own question.
@@ -1190,12 +1259,13 @@ print(on_off["on ahead in every round"].all(), (on_off["cached tokens off (sum)"
 #
 # Requests that run together can share what one of them computed, even in an emptied cache. A *cache
 # salt*, a per-request value both engines mix into their cache keys, prevents that. A burst of
-# `salted_requests` few-shot requests ran at once, cache on and salted, in `rounds` rounds. Before
-# each burst one unsalted request with the same system prompt ran alone, untimed: "cache on" is a
-# cache that already holds the shared prefix, as on a server that has served it before, and a
-# salted request cannot use it.
+# `salted_requests` few-shot requests ran at once, cache on and salted, in `rounds` rounds.
 #
 # :::{dropdown} How we know: where each engine mixes in the salt, and how the bursts are run
+# Before each burst one unsalted request with the same system prompt ran alone, untimed: "cache on"
+# is a cache that already holds the shared prefix, as on a server that has served it before, and a
+# salted request cannot use it.
+#
 # Emptying the cache cannot turn it off for requests that run together: they can still share what
 # one of them computed. A per-request *cache salt* can. Both engines accept one. vLLM mixes
 # `cache_salt` into the hash of a request's first block, and so into every block hash chained after
@@ -1355,9 +1425,8 @@ print((per["shared"] > per["one each"]).all(),
       per.loc["SGLang radix tree", "shared"] >= per.loc["vLLM blocks", "shared"])
 
 # %% [markdown]
-# Sharing multiplies the requests that fit, in both caches: larger batches are not SGLang's alone.
-# Blocks fit fewer, as each request keeps its own copy of the prefix's partly filled last block and
-# its question in whole blocks: larger blocks, fewer requests.
+# Sharing multiplies the requests that fit in both caches: larger batches are not SGLang's alone.
+# Blocks fit fewer, since each request keeps its own partly filled blocks.
 #
 # :::{dropdown} How we know: what the count leaves out
 # The simulation admits every request at once with its whole prompt and decodes nothing; a live
@@ -1484,15 +1553,13 @@ print(f"A burst of {salted_requests} few-shot requests, requests per second with
 #
 # ## Exercises
 #
-# 1. Using the token ids of this run and our block cache, how much of the hit-rate gap to SGLang
-#    remains on each workload with another block size: 16 tokens, or 128 if this run already uses
-#    16?
-# 2. What is the smallest KV budget at which the second round of the cycle workload finds as much
-#    as it would with an unlimited cache, for each engine's cache? Give it as the `kv_cache_tokens`
-#    a server would be started with.
-# 3. In the multi-turn conversation, how many tokens does each turn prefill beyond its own new
-#    messages, with SGLang's tree and with vLLM blocks of this run's size and of the other size of
-#    exercise 1?
+# 1. (10 min, no engine) Using this run's token ids and our block cache, how much of the hit-rate
+#    gap to SGLang remains on each workload with another block size: 16 tokens, or 128 if this run
+#    already uses 16?
+# 2. (10 min, no engine) What is the smallest KV budget at which the cycle workload's second round
+#    finds as much as with an unlimited cache, for each engine's cache? Give it as `kv_cache_tokens`.
+# 3. (10 min, no engine) In the multi-turn conversation, how many tokens does each turn prefill
+#    beyond its own new messages, with SGLang's tree and with vLLM blocks of both sizes?
 #
 # :::{dropdown} How we know: vLLM's default block size
 # vLLM's default block is 16 tokens (`CacheConfig.DEFAULT_BLOCK_SIZE` in `vllm/config/cache.py`);
@@ -1500,8 +1567,24 @@ print(f"A burst of {salted_requests} few-shot requests, requests per second with
 # backend prefers another size (`update_block_size_for_backend` in `vllm/platforms/interface.py`).
 # :::
 #
-# The solutions are in the hidden cells below (the functions are in
-# `servelab/measure/prefix_cache/analysis.py`).
+# Fill in each stub, then run the check below it; solutions are hidden below.
+
+# %%
+# Exercise 1: your answer. `analysis.hit_rate("block", tokens[workload], block_size=..., capacity=10 * kv_tokens)`
+# replays a workload's token ids on our block cache; `rates` holds the measured hit rates (columns vLLM, SGLang).
+from servelab.book import exercise_check
+from servelab.measure.exercises import prefix_caching as answers
+from servelab.measure.prefix_cache import analysis
+
+
+def gap_points(workload: str, block_size: int) -> float:
+    """SGLang's measured hit rate minus our block cache's at `block_size`, in percentage points."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(gap_points, answers.gap_cases(rates, tokens, vllm_built["block_size"], 10 * kv_tokens),
+                     title="Exercise 1")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1: the measured gap at this run's block size, and the simulated one at another size (no
@@ -1515,6 +1598,30 @@ print(f"With {gaps.attrs['other']}-token blocks the largest gap is {gaps.simulat
       f"({gaps.simulated.idxmax()}), against {gaps.measured.max():.1f} ({gaps.measured.idxmax()}) "
       f"with this run's {gaps.attrs['block_size']}-token blocks.")
 
+
+def gap_points(workload: str, block_size: int) -> float:
+    vllm_rate = analysis.hit_rate("block", tokens[workload], block_size=block_size, capacity=10 * kv_tokens)
+    return 100 * (rates.SGLang[workload] - vllm_rate)
+
+
+exercise_check.check(gap_points, answers.gap_cases(rates, tokens, vllm_built["block_size"], 10 * kv_tokens),
+                     title="Solution 1")
+
+# %%
+# Exercise 2: your answer. `analysis.smallest_budget` and `analysis.vllm_budget_for` help; the cycle workload is
+# `tokens["cycle"]`, its first round the first `cycle_documents` prompts; search up to `10 * kv_tokens`.
+
+
+def smallest_kv_cache_tokens(engine: str) -> int:
+    """The `kv_cache_tokens` ("vLLM": blocks of this run's size, null block included; "SGLang": its tree)."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(smallest_kv_cache_tokens, answers.budget_cases(tokens["cycle"], cycle_documents,
+                                                                    vllm_built["block_size"], 10 * kv_tokens),
+                     title="Exercise 2")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2: grow the usable KV until the second round finds what an unlimited cache finds.
 need = {"vLLM": smallest_budget("block", tokens["cycle"], cycle_documents, block_size=vllm_built["block_size"],
@@ -1526,6 +1633,21 @@ print(f"The documents hold {sum(map(len, tokens['cycle'][:cycle_documents]))} pr
       f"{flags['vLLM']} (one more block for the null block), and with {need['SGLang']} tokens in SGLang's tree, "
       f"kv_cache_tokens={flags['SGLang']}. This run used kv_cache_tokens={kv_tokens}: "
       f"{vllm_built['usable']} usable tokens in vLLM, {sglang_built['usable']} in SGLang.")
+exercise_check.check(flags.get, answers.budget_cases(tokens["cycle"], cycle_documents, vllm_built["block_size"],
+                                                    10 * kv_tokens), title="Solution 2")
+
+# %%
+# Exercise 3: your answer. `analysis.extra_prefill` counts it for several caches at once; here, one cache.
+
+
+def extra_prefill_per_turn(cache: str, block_size: int) -> list[int]:
+    """Per turn of `tokens["multi_turn"]`, prefilled tokens beyond the turn's new ones ("radix" or "block")."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(extra_prefill_per_turn, answers.extra_prefill_cases(tokens["multi_turn"], vllm_built["block_size"],
+                                                                         10 * kv_tokens), title="Exercise 3")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3: prefilled tokens minus the tokens the turn adds to the previous prompt.
@@ -1538,3 +1660,11 @@ print(f"After the first turn SGLang prefills {extra['SGLang'].iloc[1:].mean():.0
       f"prompt looked up, not to what it reuses), vLLM {extra[f'vLLM, block {other}'].iloc[1:].mean():.0f} with "
       f"{other}-token blocks and {extra[f'vLLM, block {size}'].iloc[1:].mean():.0f} with {size}-token blocks "
       f"(the previous prompt's partial last block).")
+
+
+def extra_prefill_per_turn(cache: str, block_size: int) -> list[int]:
+    return list(extra_prefill(tokens["multi_turn"], {"it": (cache, block_size)}, capacity=10 * kv_tokens)["it"])
+
+
+exercise_check.check(extra_prefill_per_turn, answers.extra_prefill_cases(tokens["multi_turn"], vllm_built["block_size"],
+                                                                         10 * kv_tokens), title="Solution 3")

@@ -49,7 +49,7 @@ def test_a_figure_s_embedded_script_and_style_are_inputs_of_a_chapter_that_draws
     found = {str(p.relative_to(REPO)) for p in execution_key.closure(source) if p.is_relative_to(REPO)}
     assert {"servelab/book/kv_event_figure.js", "servelab/book/kv_event_figure.css",
             "servelab/book/kv_event_frame.py"} <= found
-    assert not {p for p in _closure("04_prefix_caching") if p.endswith((".js", ".css"))}
+    assert not {p for p in _closure("02_kv_cache_memory") if p.endswith((".js", ".css"))}
 
 
 def test_a_chapter_does_not_depend_on_what_it_never_reaches():
