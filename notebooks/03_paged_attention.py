@@ -232,10 +232,10 @@ pd.DataFrame({
 }, index=[f"{a} ({b})" for a, b in zip(ours, theirs, strict=True)])
 
 # %% [markdown]
+# :::{dropdown} How we know: why the columns differ from the paper's
 # The simulation shows how much of the difference memory accounting alone explains; the paper's
 # systems are not the same experiment.
 #
-# :::{dropdown} How we know: why the columns differ from the paper's
 # The two are not the same experiment, so read the columns side by side rather than expecting
 # equality: the paper served OPT-13B on an A100 with real prefill and decode times, while the
 # simulator makes every step cost the same and recomputation free, so only memory decides. The
@@ -298,6 +298,7 @@ display(Markdown(quote_markdown("attention_kernel_overhead", "default_block_size
 
 # %%
 from servelab.measure.chapter_servers import c03
+from servelab.measure.kv_events import Recorder, record_paging
 from servelab.measure.kv_memory.capacity import engine_capacity
 from servelab.measure.paging import pressure as kv_pressure
 from servelab.measure.paging import retraction
@@ -315,7 +316,9 @@ from servelab.measure.workloads import long_prompt
 # full-length sequences (vLLM refuses budgets below one)
 servers = c03.servers(prof, kv_tokens=kv_tokens, sglang_conservativeness=sglang_conservativeness)
 kv_tokens = servers["vLLM"].options["kv_cache_tokens"]
-vllm = servers["vLLM"].server(prof).start()
+# both engines publish their KV-cache events to a recorder of ours, on 127.0.0.1, started before them
+recorders = {engine: Recorder(engine, prof).start() for engine in ("vllm", "sglang")}
+vllm = servers["vLLM"].server(prof, **recorders["vllm"].options()).start()
 built = engine_capacity(vllm)
 block_size, num_blocks = built["block_size"], built["blocks"]
 print(f"vLLM {vllm.version()}: {num_blocks} blocks of {block_size} tokens out of "
@@ -494,6 +497,7 @@ plt.show()
 print((sharing["measured blocks"] == sharing["predicted blocks"]).all())
 
 # %%
+vllm_paging, vllm_referee = record_paging(vllm, recorders["vllm"])  # drawn after SGLang's runs
 vllm.stop()
 
 # %% [markdown]
@@ -576,11 +580,12 @@ display(Markdown(quote_markdown("sharing_saving_alpaca", "sharing_saving_sharegp
 retraction_sizes = retraction.sizes(prof.is_cpu)
 retraction_answer = retraction_answer or retraction_sizes["answer"]
 retraction_lag = retraction_lag or retraction_sizes["lag"]
-with servers["SGLang"].server(prof) as sg:
+with servers["SGLang"].server(prof, **recorders["sglang"].options()) as sg:
     sglang_capacity = engine_capacity(sg)
     sglang_tokens = sglang_capacity["tokens"]
     sglang_run = kv_pressure.run_pressure(sg, prompts, answer_tokens)
     forced = retraction.force(sg, sglang_conservativeness, seed=seed, answer=retraction_answer, lag=retraction_lag)
+    sglang_paging, sglang_referee = record_paging(sg, recorders["sglang"])  # drawn after the retraction
 for part in ("requests", "tokens", "timeline"):
     results.save(f"kv_pressure_sglang_{part}", getattr(sglang_run, part), prof, kv_tokens=kv_tokens,
                  schedule_conservativeness=sglang_conservativeness)
@@ -739,14 +744,15 @@ plt.show()
 # the plan was made.
 # :::
 #
+# SGLang's retraction is the price of counting running answers at less than their full length,
+# which lets it run more requests at once when answers end early, as real ones often do.
+#
+# :::{dropdown} How we know: what the retraction check tests
 # The late request got in only because the early answers counted at the ratio. By the same rule,
 # with the early answers counted at their full length it would not have been admitted (the
 # table's two admission rows, computed from the plan, not run): it would have waited until an early
-# request finished, and nothing would have been retracted. SGLang's retraction is the price of
-# counting running requests' answers at less than their full length, which lets it run more
-# requests at once when answers end early, as real ones often do.
+# request finished, and nothing would have been retracted.
 #
-# :::{dropdown} How we know: what the retraction check tests
 # The check below asks that SGLang retracted at least once, that its counter and its log agree,
 # that the streams saw no more retractions than it counted and that every pause was the late
 # request's, that the early requests had generated no more tokens before the late one started than
@@ -763,6 +769,61 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
       bool(ratio_low - 5e-5 <= logged_ratio <= ratio_high + 5e-5), bool(full))
 
 # %% [markdown]
+# ## Both engines' own record
+#
+# Both engines can publish every KV block or page they store and evict. A recorder of ours
+# listened while each engine served four requests, one at a time, each generating
+# a fixed number of tokens: a document A whose answer fills a block while it decodes, A with that
+# answer and a question, then two documents that together overflow the budget. Drag the slider:
+# vLLM's pool left, SGLang's tree right, each step's engine events below.
+#
+# :::{dropdown} How we know: the recording, and the referee behind the picture
+# Both servers were started with `--kv-events-config`, pointing at a port on 127.0.0.1 where our
+# recorder listens (`servelab/engines/engine_side/kv_event_recorder.py`, in each engine's venv,
+# decoding with the engine's own `KVEventBatch`); each engine's publisher connects to it. The events
+# name blocks by hash, not by position, so the picture draws our own caches replayed on the same
+# tokens, prompts and generated tokens alike, with each engine's events beside them; a referee
+# (`servelab/measure/kv_events/paging_replay.py`) compares what each engine stored and removed,
+# request by request, with what our cache did, and the check below prints True only where all agree.
+#
+# What the engines do, read in the installed sources and seen in the traces. vLLM stores a block
+# in the step that computes its last token (`allocate_slots` in `vllm/v1/core/kv_cache_manager.py`,
+# `cache_full_blocks` in `vllm/v1/core/block_pool.py`), prompt and output alike; the last generated
+# token's KV is never computed, so it fills nothing. A finished request's blocks stay cached in the
+# free queue, tail first, until a new request takes them. SGLang stores a request in its tree when
+# it finishes: the prompt and every generated token whose KV was computed (`release_kv_cache` in
+# `sglang/srt/mem_cache/common.py`), splitting the node where the prompt ends, so eviction drops a
+# request's answer before its prompt. The recording ran after the pressure runs, on the same servers,
+# from an emptied cache; the events published before it are counted but not saved.
+# :::
+
+# %%
+from servelab.book import kv_event_figure
+from servelab.measure.kv_events import frames
+
+for name, trace, referee in (("vllm", vllm_paging, vllm_referee), ("sglang", sglang_paging, sglang_referee)):
+    results.save(f"kv_events_paging_{name}", trace.window_only().to_dict(), prof, kv_tokens=kv_tokens)
+    results.save(f"kv_events_paging_referee_{name}", referee.table, prof, kv_tokens=kv_tokens, unit=referee.unit)
+kv_event_figure.scrubber(frames(vllm_referee, sglang_referee),
+                         title=plots.label("The engines' own KV-cache events while requests decode"))
+
+# %% tags=["hide-output"]
+for referee in (vllm_referee, sglang_referee):
+    print(f"{referee.engine}, in {referee.unit}s of {referee.unit_tokens} token(s):")
+    print(referee.table.to_string(index=False))
+    print("not compared:", *referee.differences, sep="\n  ")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+table = {r.engine: r.table.set_index("request").drop("start") for r in (vllm_referee, sglang_referee)}
+print(vllm_referee.agree, sglang_referee.agree, (table["vllm"].engine_stored > 0).all(),
+      table["vllm"].engine_removed.iloc[-1] > 0, table["sglang"].engine_removed.iloc[-1] > 0)
+
+# %% [markdown]
+# vLLM stored each block the moment a step filled it, answers included, and kept it cached after
+# the request ended, until the last document needed the room. SGLang stored each request whole
+# when it finished. Our caches, replayed, did exactly what the engines reported.
+#
 # ## Block size on the engine
 #
 # Each attention backend (the kernels that compute attention through the block tables) accepts
@@ -884,11 +945,9 @@ print((sharing_other["measured blocks"] == sharing_other["predicted blocks"]).al
 # %% [markdown]
 # ## What it means
 #
-# Reserving KV memory a block at a time turns most of the wasted reservation of contiguous
-# allocation into room for more running requests, which is where the throughput gains of paging
-# come from. The price appears when the budget is overcommitted: the engine preempts (vLLM) or
-# retracts (SGLang) and recomputes, and the requests sent back pay for it in latency. Shared
-# blocks make parallel sampling cheap; across requests they are the next chapter's prefix cache.
+# Paging turns the wasted reservation of contiguous allocation into room for more running
+# requests: that is where its throughput comes from. Shared blocks make parallel sampling cheap;
+# across requests they are the next chapter's prefix cache.
 
 # %% [markdown]
 # ## What to remember
@@ -907,16 +966,30 @@ print((sharing_other["measured blocks"] == sharing_other["predicted blocks"]).al
 # %% [markdown]
 # ## Exercises
 #
-# 1. In the simulator, which block sizes waste less than 2 % of the KV capacity? Does the mean
-#    batch size keep growing as the block shrinks?
-# 2. Rerun the parallel-sampling experiment with a short prompt and long answers
+# 1. (5 min, no engine) In the simulator, which block sizes waste less than 2 % of the KV
+#    capacity? Does the mean batch size keep growing as the block shrinks?
+# 2. (10 min, no engine) Redo the parallel-sampling count with a short prompt and long answers
 #    (`sample_prompt_tokens=60`, `sample_output_tokens=512`). How does the saving compare with the
 #    paper's figures now?
-# 3. With the `pressure_requests` requests of the pressure run, what is the smallest `kv_tokens`
-#    for which vLLM never preempts? Work it out from the block counts, check it with the
-#    simulator, and, if you like, on the engine by rerunning the chapter with that `kv_tokens`.
+# 3. (15 min, no engine) With the requests of the pressure run, what is the smallest `kv_tokens`
+#    for which vLLM never preempts? Work it out from the block counts.
 #
-# The solutions are in the hidden cells below.
+# Fill in each stub, then run the check below it. Solutions are hidden below.
+
+# %%
+# Exercise 1: your answer. `sim` is the simulation's table: one row per policy ("paged:..." rows are paged),
+# with columns block_size, wasted_pct and mean_batch.
+from servelab.book import exercise_check
+from servelab.measure.exercises import paged_attention as answers
+
+
+def block_size_answer(sim: pd.DataFrame) -> dict:
+    """{"block sizes": [sizes wasting < 2 %, ascending], "mean batch keeps growing": True or False}"""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(block_size_answer, answers.waste_cases(sim), title="Exercise 1")
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 1: from the simulation above.
@@ -932,10 +1005,39 @@ print(f"Of those simulated, block sizes {below} waste less than 2 % of the capac
       f"but only {steps.iloc[-1]:.1f} from {int(waste.block_size.iloc[-2])} to {int(waste.block_size.iloc[-1])}: "
       "once the last block wastes little, the tokens themselves fill the memory.")
 
+
+def block_size_answer(sim: pd.DataFrame) -> dict:
+    return {"block sizes": below, "mean batch keeps growing": trend == "keeps growing"}
+
+
+exercise_check.check(block_size_answer, answers.waste_cases(sim), title="Solution 1")
+
+# %%
+# Exercise 2: your answer. The chapter sends `sharing_prompt_tokens(60, small, large)` prompt tokens for
+# sample_prompt_tokens=60; count blocks with `parallel_sampling_blocks` (no engine needed).
+short_prompt = sharing_prompt_tokens(60, small, large)
+
+
+def saving_pct(prompt_tokens: int, output_tokens: int, n: int, block_size: int) -> float:
+    """The share of blocks (%) that `n` samples save by sharing their prompt's blocks."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(saving_pct, answers.saving_cases(short_prompt, 512, samples, (small, large)), title="Exercise 2")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2: the allocator predicts it without an engine; above, the engine matched the allocator
 # block for block. The chapter turns sample_prompt_tokens=60 into the prompt length it actually sends.
 short_prompt, long_answer = sharing_prompt_tokens(60, small, large), 512
+
+
+def saving_pct(prompt_tokens: int, output_tokens: int, n: int, block_size: int) -> float:
+    blocks = parallel_sampling_blocks(prompt_tokens, output_tokens, n, block_size)
+    return 100 * (1 - blocks["shared"] / blocks["unshared"])
+
+
+exercise_check.check(saving_pct, answers.saving_cases(short_prompt, 512, samples, (small, large)), title="Solution 2")
 savings = {}
 for size in (small, large):
     for n in samples[1:]:
@@ -952,6 +1054,22 @@ print(f"With a {short_prompt}-token prompt and {long_answer}-token answers shari
       f"{short_prompt // large * large} with blocks of {large}) are shared; each sample's last, partly "
       "filled block is its own, and with long answers most of a sample's blocks are its own answer.")
 
+# %%
+# Exercise 3: your answer. `prompt_tokens` and `answer_tokens` are the pressure run's requests, all sent at once;
+# vLLM's blocks hold `block_size` tokens and one block is its null block. Check it with
+# `kv_pressure.simulated_pressure`, and, if you like, on the engine: rerun the chapter with that `kv_tokens`
+# (a server restart, about 10 min on the cpu profile).
+
+
+def smallest_kv_tokens() -> int:
+    """The smallest `kv_tokens` at which vLLM never preempts the pressure run's requests."""
+    raise NotImplementedError
+
+
+# %%
+exercise_check.check(smallest_kv_tokens, answers.never_preempts_cases(prompt_tokens, answer_tokens, block_size),
+                     title="Exercise 3")
+
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 3: all requests start together; count the blocks they hold at each step until they finish
 # (an engine stores all but the newest token), take the peak, and add vLLM's null block.
@@ -965,3 +1083,5 @@ print(f"Every request at full length would need {sum(-(-(n - 1) // block_size) f
       f"{block_size}. With vLLM's null block the smallest budget that never preempts is kv_tokens = "
       f"({peak} + 1) x {block_size} = {answer} tokens; the simulator preempts {preempts[peak]} times with {peak} "
       f"usable blocks and {preempts[peak - 1]} times with one fewer.")
+exercise_check.check(lambda: answer, answers.never_preempts_cases(prompt_tokens, answer_tokens, block_size),
+                     title="Solution 3")

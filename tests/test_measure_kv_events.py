@@ -238,5 +238,126 @@ def record_saved_trace(engine: str) -> Path:
     return path
 
 
+
+
+# ---- requests that decode (chapter 03): the paging referee on saved traces -------------------------------------
+# Recorded with `python -m tests.test_measure_kv_events ENGINE decode` (`record_saved_decode_trace`): the paging
+# workload for a budget of DECODE_BUDGET tokens (5 usable vLLM blocks), max_model_len DECODE_MAX_MODEL_LEN.
+DECODE_BUDGET, DECODE_MAX_MODEL_LEN = 768, 640  # vLLM: max_model_len fits the usable blocks
+
+
+def saved_decode(engine: str) -> Trace:
+    return Trace.from_dict(json.loads((DATA / f"kv_events_decode_{engine}.json").read_text())["trace"])
+
+
+def test_paging_workload_sizes_in_blocks():
+    from servelab.measure.kv_events.decode_sims import figure_steps
+    from servelab.measure.kv_events.paging import paging_workload
+
+    w = paging_workload(31, 128, 2048)
+    assert len(w.doc) == 256 and w.outputs[0] == 129 and len(w.others[0]) == 14 * 128 + 64
+    assert len(w.prompt(1, [list(range(129))])) == 4 * 128 - 2
+    assert figure_steps(256, 129, 128) == [(128, 2)]  # request 0's output fills block 2; its last output opens none
+    assert figure_steps(510, 4, 128) == [(2, 3)]
+    with pytest.raises(ValueError, match="max_model_len"):
+        paging_workload(31, 128, 1024)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_paging_referee_agrees_with_the_saved_decode_traces(engine):
+    from servelab.measure.kv_events.paging import paging_workload
+    from servelab.measure.kv_events.paging_replay import replay_paging
+
+    trace = saved_decode(engine)
+    requests = paging_workload(DECODE_BUDGET // 128 - 1, 128, DECODE_MAX_MODEL_LEN)
+    outputs = [r["output"] for r in trace.requests]
+    assert [tuple(r["tokens"]) for r in trace.requests] == [requests.prompt(i, outputs) for i in range(4)]
+    assert [len(o) for o in outputs] == list(requests.outputs)
+    verdict = replay_paging(trace)
+    assert verdict.agree, (verdict.problems, verdict.table.to_dict("records"))
+    table = verdict.table
+    assert (table.engine_stored == table.sim_stored).all() and (table.engine_removed == table.sim_removed).all()
+    assert (table.engine_hit[1:] == table.sim_hit[1:]).all() and table.engine_hit[2] == 3 * 128
+    if engine == "vllm":  # request 0: its 2 prompt blocks and the block its output filled; no block for the last
+        assert table.engine_stored.tolist()[:3] == [0, 3, 1]
+    else:  # SGLang inserts the committed KV: the prompt and every output but the last
+        assert table.engine_stored.tolist()[:3] == [0, 256 + 128, 510 + 3 - 384]
+    assert table.engine_removed.iloc[-1] > 0  # document C evicts
+    with pytest.raises(ValueError, match="not a decode trace"):
+        replay_paging(saved(engine))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_paging_referee_catches_corrupted_decode_traces(engine):
+    from servelab.measure.kv_events.paging_replay import replay_paging
+
+    no_decode_store = saved_decode(engine)  # the store of request 0's decode block (vLLM) or of its outputs
+    stored = [e for m in no_decode_store.messages if m["ts"] < no_decode_store.requests[1]["send"]
+              for e in m["events"] if e["type"] == "BlockStored"]
+    stored[-1]["block_hashes"].pop()
+    stored[-1]["token_ids"] = stored[-1]["token_ids"][:len(stored[-1]["block_hashes"]) * stored[-1]["block_size"]]
+    verdict = replay_paging(no_decode_store)
+    assert not verdict.agree and not verdict.table.match[1]
+    changed = saved_decode(engine)  # an output token the engine did not generate
+    changed.requests[0]["output"][5] += 1
+    assert not replay_paging(changed).agree
+    shorter = saved_decode(engine)  # one output fewer: block 2 (vLLM), the 128th output (SGLang) never stored
+    shorter.requests[0]["output"].pop()
+    assert not replay_paging(shorter).agree
+
+
+def test_paging_frames_show_blocks_filled_while_decoding():
+    from servelab.measure.kv_events.paging_replay import replay_paging
+
+    verdicts = {engine: replay_paging(saved_decode(engine)) for engine in ENGINES}
+    steps = json.loads(json.dumps(frames(**verdicts)))["steps"]
+    decoding = [s for s in steps if s["phase"] == "decoding"]
+    assert [s["caption"] for s in decoding] == ["request 0 decoding: block 2 full", "request 1 decoding: block 3 full"]
+    assert len(steps) == 1 + 2 * 4 + 2
+    first = decoding[0]["vllm"]
+    assert [b["state"] for b in first["blocks"]].count("used") == 3 and len(first["events"]) == 1
+    assert first["events"][0].startswith("stored ") and first["events"][0].split()[1] in {b["hash"] for b in
+                                                                                          first["blocks"]}
+    admitted = steps[1]["vllm"]  # request 0 admitted: its prompt's 2 blocks stored, not yet the output's
+    assert len(admitted["events"]) == 2 and [b["state"] for b in admitted["blocks"]].count("used") == 2
+    assert decoding[0]["sglang"]["events"] == [] and any(n["state"] == "locked" for n in decoding[1]["sglang"]["nodes"])
+    assert steps[-1]["phase"] == "finished" and any(e.startswith("removed") for s in steps[-3:]
+                                                    for e in s["vllm"]["events"])
+
+
+def record_saved_decode_trace(engine: str) -> Path:
+    """Record tests/data/kv_events_decode_ENGINE.json from the real engine (one server start)."""
+    import dataclasses
+
+    from servelab.engines.server import Server
+    from servelab.machine import profiles
+    from servelab.measure.kv_events.paging import paging_workload, record_paging_workload
+    from servelab.measure.prefix_cache.live import cache_options
+
+    prof = dataclasses.replace(profiles.load("cpu"), max_model_len=DECODE_MAX_MODEL_LEN)
+    requests = paging_workload(DECODE_BUDGET // 128 - 1, 128, DECODE_MAX_MODEL_LEN)
+    with Recorder(engine, prof) as recorder, Server(engine, prof, kv_cache_tokens=DECODE_BUDGET,
+                                                    **cache_options(engine), **recorder.options()) as server:
+        trace = record_paging_workload(server, recorder, requests)
+    path = DATA / f"kv_events_decode_{engine}.json"
+    document = {"recorded": f"python -m tests.test_measure_kv_events {engine} decode",
+                "kv_cache_tokens": DECODE_BUDGET, "max_model_len": DECODE_MAX_MODEL_LEN,
+                "workload": {"names": requests.names, "about": requests.about}, "trace": trace.to_dict()}
+    path.write_text(json.dumps(document, separators=(",", ":")) + "\n")
+    return path
+
+
 if __name__ == "__main__":
-    print(record_saved_trace(sys.argv[1]))
+    print(record_saved_decode_trace(sys.argv[1]) if sys.argv[2:] == ["decode"] else record_saved_trace(sys.argv[1]))
+
+
+def test_a_trace_cut_to_its_window_keeps_every_message_and_the_verdict():
+    trace = saved("vllm")
+    early = {**trace.messages[0], "ts": trace.begin - 100.0,
+             "events": [{"type": "BlockStored", "block_hashes": ["ab"], "parent_block_hash": None,
+                         "token_ids": [1] * 128, "block_size": 128}]}
+    padded = Trace(**{**trace.to_dict(), "messages": [early, *[{**m, "seq": m["seq"] + 1} for m in trace.messages]]})
+    cut = padded.window_only()
+    assert [m["seq"] for m in cut.messages] == [m["seq"] for m in padded.messages]
+    assert cut.messages[0]["events"] == [] and cut.messages[1:] == padded.messages[1:]
+    assert replay(cut).agree

@@ -8,6 +8,7 @@ from typing import Any
 from servelab.machine.profiles import Profile
 from servelab.measure.chapter_servers import VLLM_BLOCK_SIZE, Launch, by_name, two_sequences
 from servelab.measure.paging import block_size as blocks
+from servelab.measure.prefix_cache.live import cache_options
 
 
 def servers(profile: Profile, *, sglang_conservativeness: float, kv_tokens: int | None = None,
@@ -15,9 +16,10 @@ def servers(profile: Profile, *, sglang_conservativeness: float, kv_tokens: int 
     tokens = kv_tokens or two_sequences(profile)  # vLLM refuses budgets below one full-length sequence
     default = VLLM_BLOCK_SIZE[profile.device]
     return by_name(
-        Launch("vLLM", "vllm", {"kv_cache_tokens": tokens}),
+        # both may empty their prefix cache and report cached tokens: the recording of their KV events needs it
+        Launch("vLLM", "vllm", {"kv_cache_tokens": tokens, **cache_options("vllm")}),
         Launch("SGLang", "sglang", {"kv_cache_tokens": tokens, "schedule_conservativeness": sglang_conservativeness,
-                                    "decode_log_interval": 1}),
+                                    "decode_log_interval": 1, **cache_options("sglang")}),
         Launch("vLLM, refused block size", "vllm",
                {"kv_cache_tokens": tokens, "block_size": blocks.probe_block_size(default)}, refused=True),
         Launch("vLLM, other block size", "vllm",

@@ -164,6 +164,13 @@ class Trace:
     def from_dict(cls, data: dict[str, Any]) -> Trace:
         return cls(**data)
 
+    def window_only(self) -> Trace:
+        """This trace with the events published before ``begin`` left out, each such message kept (its sequence
+        number and time, so the referee still sees that none was lost) with an empty list: what a chapter saves
+        when its servers ran other workloads before the recording window opened."""
+        kept = [m if m["ts"] >= self.begin else {**m, "events": []} for m in self.messages]
+        return Trace(**{**asdict(self), "messages": kept})
+
 
 class Session:
     """The open window of :func:`recording`: ``send`` sends one request and marks it."""
