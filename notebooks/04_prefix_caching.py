@@ -707,7 +707,7 @@ from servelab.book import kv_event_figure
 from servelab.measure.kv_events import frames
 
 for name, trace, referee in (("vllm", vllm_events, vllm_referee), ("sglang", sglang_events, sglang_referee)):
-    results.save(f"kv_events_{name}", trace.to_dict(), prof, kv_tokens=kv_tokens)
+    results.save(f"kv_events_{name}", trace.window_only().to_dict(), prof, kv_tokens=kv_tokens)
     results.save(f"kv_events_referee_{name}", referee.table, prof, kv_tokens=kv_tokens, unit=referee.unit)
 kv_event_figure.scrubber(frames(vllm_referee, sglang_referee),
                          title=plots.label("The engines' own KV-cache events, one request at a time"))

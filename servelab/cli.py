@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
                    "python -m servelab doctor --help")
     p_tr = sub.add_parser("translations", help="catalogs under locales/: update, check, todo, apply, notebooks")
     p_tr.add_argument("action", choices=["update", "check", "todo", "apply", "notebooks"])
-    p_tr.add_argument("args", nargs="*", help="todo LANG DOMAIN | apply LANG DOMAIN FILE.po | notebooks [LANG]")
+    p_tr.add_argument("args", nargs="*",
+                      help="update [DOMAIN ...] | todo LANG DOMAIN | apply LANG DOMAIN FILE.po | notebooks [LANG]")
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # one line naming them and what the command accepts, not argparse's usage block
         accepted = [o for a in sub.choices[args.command]._actions for o in a.option_strings

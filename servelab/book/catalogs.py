@@ -109,9 +109,13 @@ def domains(lang: str) -> list[str]:
     return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.po"))
 
 
-def update(langs: tuple[str, ...] = TRANSLATED) -> tuple[dict[str, int], list[str]]:
-    """Merge fresh templates into every language's catalogs; returns (entries per domain, code problems)."""
+def update(langs: tuple[str, ...] = TRANSLATED, only: tuple[str, ...] = ()) -> tuple[dict[str, int], list[str]]:
+    """Merge fresh templates into every language's catalogs (`only`: into these domains alone, leaving the others'
+    pending English for their authors); returns (entries per domain, code problems)."""
     found, problems = templates()
+    if unknown := sorted(set(only) - set(found)):
+        raise ValueError(f"no page or chapter {', '.join(unknown)} in the book; available: {', '.join(found)}")
+    found = {d: t for d, t in found.items() if d in only} if only else found
     for lang in langs:
         for domain, template in found.items():
             path = po_path(lang, domain)
@@ -125,7 +129,7 @@ def update(langs: tuple[str, ...] = TRANSLATED) -> tuple[dict[str, int], list[st
             catalog.header_comment = HEADER.format(lang=lang, domain=domain)
             catalog.copyright_holder, catalog.msgid_bugs_address = "The servelab authors", ""
             write(catalog, path)
-        for stale in set(domains(lang)) - set(found):  # a page left the book
+        for stale in set(domains(lang)) - set(found) if not only else ():  # a page left the book
             po_path(lang, stale).unlink()
     return {d: sum(1 for m in t if m.id) for d, t in found.items()}, problems
 
@@ -204,3 +208,19 @@ def translation(lang: str, domain: str) -> dict[str, str]:
     if not path.exists():
         return {}
     return {m.id: m.string for m in read(path) if m.id and m.string and not m.fuzzy}
+
+
+def reuse(lang: str, domain: str, known: dict[str, str]) -> int:
+    """Give every entry of one catalog whose English `known` translates that translation, finished or not (e.g. a
+    page quoting a chapter's paragraph takes the chapter's translation, and keeps taking it when it is revised);
+    returns how many entries changed."""
+    path = po_path(lang, check_domain(lang, domain))
+    catalog = read(path)
+    changed = 0
+    for m in catalog:
+        if m.id and known.get(m.id) and (m.fuzzy or m.string != known[m.id]):
+            m.string, m.previous_id = known[m.id], []
+            m.flags.discard("fuzzy")
+            changed += 1
+    write(catalog, path)
+    return changed

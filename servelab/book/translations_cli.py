@@ -1,7 +1,8 @@
 """`python -m servelab translations ACTION`: what a chapter author and a translator run.
 
-update                     re-extract the English messages (pages, notebooks, code) and merge them into
-                           locales/<lang>/LC_MESSAGES/ for ja, ko, de, es (edited paragraphs become fuzzy)
+update [DOMAIN ...]        re-extract the English messages (pages, notebooks, code) and merge them into
+                           locales/<lang>/LC_MESSAGES/ for ja, ko, de, es (edited paragraphs become fuzzy);
+                           with DOMAINs (book/intro), into those catalogs alone
 check                      one line per catalog; exit status 1 unless every catalog is complete
 todo LANG DOMAIN           the entries of one catalog a translator still has to do, as a .po chunk
 apply LANG DOMAIN FILE.po  copy the translated entries of such a chunk back into the catalog
@@ -15,11 +16,11 @@ from servelab.book import catalogs, translated_notebooks
 
 def translations(action: str, args: list[str]) -> int:
     wanted = {"update": 0, "check": 0, "todo": 2, "apply": 3, "notebooks": (0, 1)}[action]
-    if len(args) not in (wanted if isinstance(wanted, tuple) else (wanted,)):
+    if action != "update" and len(args) not in (wanted if isinstance(wanted, tuple) else (wanted,)):
         raise ValueError(f"translations {action} takes {wanted} argument(s), got {len(args)}: {' '.join(args)}; "
                          "see `python -m servelab translations --help`")
     if action == "update":
-        counts, problems = catalogs.update()
+        counts, problems = catalogs.update(only=tuple(args))
         for domain, n in counts.items():
             print(f"[translations] {domain}: {n} entries")
         for problem in problems:
