@@ -798,20 +798,13 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # :::
 
 # %%
-from servelab.book import kv_event_figure
-from servelab.measure.kv_events import frames
+from servelab.book.kv_event_recording import print_referees, save_and_draw
 
-for name, trace, referee in (("vllm", vllm_paging, vllm_referee), ("sglang", sglang_paging, sglang_referee)):
-    results.save(f"kv_events_paging_{name}", trace.window_only().to_dict(), prof, kv_tokens=kv_tokens)
-    results.save(f"kv_events_paging_referee_{name}", referee.table, prof, kv_tokens=kv_tokens, unit=referee.unit)
-kv_event_figure.scrubber(frames(vllm_referee, sglang_referee),
-                         title=plots.label("The engines' own KV-cache events while requests decode"))
+save_and_draw("kv_events_paging", {"vllm": (vllm_paging, vllm_referee), "sglang": (sglang_paging, sglang_referee)},
+              prof, plots.label("The engines' own KV-cache events while requests decode"), kv_tokens=kv_tokens)
 
 # %% tags=["hide-output"]
-for referee in (vllm_referee, sglang_referee):
-    print(f"{referee.engine}, in {referee.unit}s of {referee.unit_tokens} token(s):")
-    print(referee.table.to_string(index=False))
-    print("not compared:", *referee.differences, sep="\n  ")
+print_referees(vllm_referee, sglang_referee)
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -703,20 +703,13 @@ plt.show()
 # :::
 
 # %%
-from servelab.book import kv_event_figure
-from servelab.measure.kv_events import frames
+from servelab.book.kv_event_recording import print_referees, save_and_draw
 
-for name, trace, referee in (("vllm", vllm_events, vllm_referee), ("sglang", sglang_events, sglang_referee)):
-    results.save(f"kv_events_{name}", trace.window_only().to_dict(), prof, kv_tokens=kv_tokens)
-    results.save(f"kv_events_referee_{name}", referee.table, prof, kv_tokens=kv_tokens, unit=referee.unit)
-kv_event_figure.scrubber(frames(vllm_referee, sglang_referee),
-                         title=plots.label("The engines' own KV-cache events, one request at a time"))
+save_and_draw("kv_events", {"vllm": (vllm_events, vllm_referee), "sglang": (sglang_events, sglang_referee)}, prof,
+              plots.label("The engines' own KV-cache events, one request at a time"), kv_tokens=kv_tokens)
 
 # %% tags=["hide-output"]
-for referee in (vllm_referee, sglang_referee):
-    print(f"{referee.engine}, in {referee.unit}s of {referee.unit_tokens} token(s):")
-    print(referee.table.to_string(index=False))
-    print("not compared:", *referee.differences, sep="\n  ")
+print_referees(vllm_referee, sglang_referee)
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -361,3 +361,18 @@ def test_a_trace_cut_to_its_window_keeps_every_message_and_the_verdict():
     assert [m["seq"] for m in cut.messages] == [m["seq"] for m in padded.messages]
     assert cut.messages[0]["events"] == [] and cut.messages[1:] == padded.messages[1:]
     assert replay(cut).agree
+
+
+def test_a_chapter_saves_each_recording_with_its_referee_and_gets_the_figure(tmp_path, monkeypatch, capsys):
+    from servelab.book import kv_event_recording
+    from servelab.machine import profiles
+
+    monkeypatch.setenv("SERVELAB_RESULTS", str(tmp_path))
+    recordings = {engine: (saved(engine), replay(saved(engine))) for engine in ("vllm", "sglang")}
+    figure = kv_event_recording.save_and_draw("kv_test", recordings, profiles.load("cpu"), "t", kv_tokens=640)
+    assert len(figure._repr_html_()) > 1000
+    saved_files = sorted(p.name for p in (tmp_path / "cpu").iterdir())
+    assert {"kv_test_vllm.json", "kv_test_sglang.json", "kv_test_referee_vllm.csv", "kv_test_referee_sglang.csv",
+            "kv_test_vllm.meta.json"} <= set(saved_files)
+    kv_event_recording.print_referees(*(r for _, r in recordings.values()))
+    assert "not compared:" in capsys.readouterr().out
