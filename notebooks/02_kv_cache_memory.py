@@ -19,8 +19,9 @@
 # cheap, and it is what fills GPU memory. This chapter computes how large it is, from model
 # configurations, and how many requests a GPU can therefore serve at once; then it checks that
 # arithmetic against what the real vLLM and SGLang engines build on this machine. Along the way
-# it corrects the story the source articles tell about it: that KV memory grows exponentially
-# with traffic until the server crashes.
+# it corrects the story told by the source articles, the five web articles this book started from
+# (a short article published in four languages and a long Japanese comparison of vLLM and
+# SGLang): that KV memory grows exponentially with traffic until the server crashes.
 
 # %% tags=["parameters"]
 profile = "auto"
@@ -47,8 +48,7 @@ prof = banner.start(profile)
 # size: that is why the number of KV heads, not attention heads, appears in the formula.
 #
 # Here is that arithmetic for the four models the source articles talk about, using their published
-# configurations (stored in the package as data; nothing is downloaded), with every number in bf16
-# (bfloat16), a half-precision format.
+# configurations, with every number in bf16 (bfloat16), a half-precision format.
 
 # %%
 big = ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct",
@@ -68,10 +68,9 @@ results.save("kv_bytes_per_token", per_token, prof)
 per_token.round(2)
 
 # %% [markdown]
-# Llama-3.1-70B and Qwen2.5-72B have the same layers, KV heads and head dim (the table above), so
+# Llama-3.1-70B and Qwen2.5-72B have the same layers, KV heads and head dim, so
 # their KV caches are exactly the same size and their lines in the plot below coincide; the
-# legend names the pair, and the second one is drawn with larger, hollow markers so that both
-# stay visible. Both axes are linear.
+# legend names the pair. Both axes are linear.
 
 # %%
 kib = dict(zip(per_token.model, per_token["KV KiB/token (bf16)"], strict=True))
@@ -91,8 +90,9 @@ plt.show()
 # %% [markdown]
 # Each line is straight and starts at zero: twice the context, twice the memory. The KV cache
 # of a sequence is linear in its length, and the cache of many sequences is the sum of theirs,
-# linear in how many there are. (Drawn against a logarithmic length axis, the same straight
-# lines would bend upwards like an exponential curve.)
+# linear in how many there are. (The source articles call this growth exponential, a claim the
+# chapter's end takes up; only against a logarithmic length axis would these lines bend upwards
+# like an exponential.)
 
 # %% [markdown]
 # ## How many sequences fit?
@@ -100,15 +100,14 @@ plt.show()
 # An engine claims a fraction of GPU memory, loads the weights into it, and carves what is left, the
 # KV budget, into KV blocks: fixed-size pieces of the KV cache, each holding the keys and values of
 # a fixed number of tokens. In vLLM that fraction is the `gpu_memory_utilization` setting. The cell
-# below reads vLLM's default for it; the planner further down uses that default unless the
-# `utilization` parameter or the hardware profile (chapter 00) sets another value; the cell prints
-# which one it used.
+# below reads vLLM's defaults and prints which fraction the planner uses: vLLM's default, unless
+# the `utilization` parameter or the hardware profile sets another.
 #
 # Not all of that fraction is KV cache. Besides the weights, an engine needs room for activations,
 # the intermediate results of a forward pass (one run of the model over a batch of tokens), and, on
 # GPUs, for CUDA graphs, recorded sequences of GPU work that the engine replays instead of launching
-# each step anew. vLLM's fraction covers them: vLLM runs a forward pass, measures its peak memory
-# and subtracts it before it sizes the KV cache. SGLang's counterpart, `mem_fraction_static`, counts
+# each step anew. vLLM's fraction covers them: vLLM measures a forward pass's peak memory and
+# subtracts it before sizing the KV cache. SGLang's counterpart, `mem_fraction_static`, counts
 # weights and KV pool only.
 #
 # :::{dropdown} How we know: the memory fraction in vLLM and SGLang
@@ -136,13 +135,35 @@ utilization = utilization or prof.gpu_memory_utilization or vllm_defaults["gpu_m
 pd.Series({**vllm_defaults, "planner utilization": utilization, "planner utilization from": utilization_source})
 
 # %% [markdown]
-# Dividing the budget by the KV cost of one sequence gives the number of sequences that can run
-# at once. The planner below does this arithmetic for each model, GPU size and context length. It
-# counts weights and KV cache only, with nothing reserved for activations or CUDA graphs (its
-# `overhead_gib` argument is left at zero), and it takes the GPU size at face value, though a card
-# sold as 24 GB shows a program somewhat less than 24 GiB. Every number it gives is therefore an
-# upper bound: the real engine on the same card builds a smaller pool, by an amount this CPU
-# machine cannot measure. The table's column name says so.
+# In the table, `None` means that vLLM chooses the value when it starts: without
+# `kv_cache_memory_bytes` it sizes the KV cache from `gpu_memory_utilization`, and without
+# `block_size` it takes `DEFAULT_BLOCK_SIZE` tokens per block, which its CPU build raises to 128
+# (the block size vLLM reports below on the cpu profile). `kv_cache_dtype` `auto` keeps keys and
+# values in the model's own number format.
+#
+# :::{dropdown} How we know: which block size
+# Which block size? vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE` (`vllm/config/cache.py`), printed with
+# the defaults above, is what vLLM uses when neither the user nor the platform picks one: a
+# `CacheConfig` built with `block_size` left at `None` fills in that default and records that the
+# user chose none. The CPU platform does pick one: when the user gives no `--block-size`,
+# `check_and_update_config` in `vllm/platforms/cpu.py` sets 128 for the CPU attention backend,
+# which accepts only multiples of 32 (`get_supported_kernel_block_sizes` in
+# `vllm/v1/attention/backends/cpu_attn.py`). The block size the engine built is the `block_size`
+# row of the vLLM check below, read from the engine, not assumed. `kv_cache_memory_bytes`, when
+# set, replaces `gpu_memory_utilization` in sizing the KV cache; `kv_cache_dtype` `auto` uses the
+# model's data type (both documented on `CacheConfig`).
+# :::
+#
+# The planner below counts the sequences that can run at once for each model, GPU size and context
+# length. To read one row of its table: the model's weights are subtracted from the memory share
+# the engine may claim on that GPU, and what is left is divided by one sequence's KV at each
+# context length, rounded down to whole sequences. The 70B-class rows are all zeros because their
+# bf16 weights alone are larger than that share.
+#
+# The planner counts weights and KV cache only, with nothing reserved for activations or CUDA
+# graphs, and it takes the GPU size at face value, though a card sold as 24 GB shows a program
+# somewhat less than 24 GiB. Every number it gives is therefore an upper bound, as the column name
+# says: the real engine on the same card builds a smaller pool.
 
 # %%
 fits = "max_sequences (upper bound)"
@@ -174,13 +195,11 @@ axs[0].legend()
 plt.show()
 
 # %% [markdown]
-# Models without a line have no sequence that fits: the table above shows zeros for the
-# 70B-class models on both GPU sizes, because their bf16 weights alone are larger than the
-# memory an engine may claim on one GPU. Such an engine does not start; serving these models
-# takes several GPUs (tensor parallelism) or a smaller weight format. For the models that do
-# fit, the next cell divides the sequences that fit at each context length by those at twice
-# that length: 2 wherever whole sequences divide evenly, more where rounding down to whole
-# sequences bites at the long end.
+# The 70B-class models have no line: no sequence fits. Such an engine does not start; serving
+# these models takes several GPUs (tensor parallelism) or a smaller weight format. For the other
+# models, the next cell divides the sequences that fit at each context length by those at twice
+# that length: 2 wherever whole sequences divide evenly, more where rounding down bites at the long
+# end.
 
 # %%
 fitting = plans[plans[fits] > 0].sort_values("context_len")
@@ -190,18 +209,15 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 # %% [markdown]
 # ## Checking the arithmetic against vLLM
 #
-# Arithmetic is only useful if the engine agrees. The engine here serves the profile's model (on the
-# cpu profile SmolLM2-135M in float32, the banner's model), not the models of the tables above. The
-# next cell starts vLLM with a KV budget of `kv_cache_tokens` tokens, handed to it as bytes
+# The engine here serves the banner's model, not the models of the tables above. The next cell
+# starts vLLM with a KV budget of `kv_cache_tokens` tokens, handed to it as bytes
 # (`--kv-cache-memory-bytes`, the tokens times the formula's bytes per token), and, before sending
 # any request, reads back from its `/metrics` how many blocks it built and how many tokens one block
-# holds (`block_size`, which depends on the platform, so it is read from the engine, not assumed).
-# vLLM divides those bytes by its own bytes per block, computed from the model it loaded: if the
-# formula were off, it would build a different number of blocks, so the comparison tests the
-# formula. The
-# planner predicts whole blocks: the budget divided by the block size, rounded down. The table also
-# shows `engine_max_concurrency`, vLLM's own count of the full-length requests (as long as the
-# profile's longest context) that the pool holds.
+# holds (`block_size`). vLLM divides those bytes by its own bytes per block, computed from the model
+# it loaded: if the formula were off, it would build a different number of blocks, so the
+# comparison tests the formula. The planner predicts whole blocks: the budget divided by the block
+# size, rounded down. The table also shows `engine_max_concurrency`, vLLM's own count of the
+# full-length requests (as long as the profile's longest context) that the pool holds.
 #
 # :::{dropdown} How we know: how the budget goes in and the blocks come out
 # Arithmetic is only useful if the engine agrees. We start vLLM with a fixed KV budget of
@@ -214,15 +230,6 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 # configuration it loaded, and allocates the whole pool when it starts, before the first request;
 # the cell reads it before sending any. The planner predicts whole blocks: the budget divided by
 # the block size, rounded down.
-# :::
-#
-# :::{dropdown} How we know: which block size
-# Which block size? vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE`, printed with the defaults above, is
-# what vLLM uses when neither the user nor the platform picks one. The CPU platform does pick one:
-# when the user gives no `--block-size`, `check_and_update_config` in `vllm/platforms/cpu.py` sets a
-# larger block for the CPU attention backend, which accepts only multiples of 32
-# (`get_supported_kernel_block_sizes` in `vllm/v1/attention/backends/cpu_attn.py`). The block size
-# the engine built is the `block_size` row below, read from the engine, not assumed.
 # :::
 
 # %%
@@ -251,8 +258,9 @@ pd.Series(check)
 # %% [markdown]
 # The next cell prints whether the budget is a whole number of blocks and what share of the budget
 # one block is; the check after it demands that vLLM built exactly the planned tokens, with no
-# tolerance. The table's `engine_usable_tokens` is one block less than `engine_tokens`: vLLM keeps
-# one block back as a placeholder, which requests cannot use.
+# tolerance. That share matters: if vLLM's bytes per token were slightly larger than the formula's,
+# it would build just one block fewer, and a tolerance as large as one block would let that wrong
+# formula pass.
 #
 # :::{dropdown} How we know: why the check demands equality, and what it misses
 # Why the check below demands equality rather than a tolerance: the planner's side is just whole
@@ -268,6 +276,11 @@ pd.Series(check)
 # underestimates of vLLM's size pass unseen. The SGLang section below checks the bytes themselves,
 # in both directions.
 # :::
+#
+# The table's `engine_usable_tokens` is one block less than `engine_tokens`: vLLM keeps one block
+# back as a placeholder, which requests cannot use. Its own `engine_max_concurrency` counts that
+# block, so at the edge of the pool it can promise one full-length request more than can run at
+# once; exercise 2's solution shows such a case.
 #
 # :::{dropdown} How we know: the block vLLM keeps back
 # One of those blocks is not available to requests: vLLM's block pool holds its first block back
@@ -294,8 +307,9 @@ print(check["engine_tokens"] == check["planned_tokens"])
 # only shows that SGLang honours the cap. The formula is tested by SGLang's own report, on its
 # `/server_info`, of the bytes its K and V buffers (the tensors that hold the keys and the values)
 # take, which the next cell compares with the formula's prediction. SGLang reports them in GiB
-# rounded to three decimals, and the buffers hold one padding page more than the pool; the table
-# shows how large that rounding is next to the smallest error it must catch.
+# rounded to three decimals, so the check sees only errors larger than that rounding: a layer or a
+# KV head too many or too few is caught, but an error of one number per token in one layer is
+# smaller and passes. The table prints both shares of the buffers.
 #
 # :::{dropdown} How we know: SGLang's page size and pool
 # SGLang pages its KV cache too, but with pages of one token by default: `_page_size_default`
@@ -333,11 +347,10 @@ results.save("kv_capacity_check_sglang", sgl_check, prof)
 pd.Series(sgl_check)
 
 # %% [markdown]
-# The first check: SGLang's pool is exactly the budget in whole pages of the size it reports (the
-# cap is honoured; where the page is one token, that is the budget itself). The second: SGLang's
-# own K and V bytes are the formula's, within its rounding. Where the budget is not a whole number
-# of vLLM blocks, the two engines differ: vLLM drops the remainder of its last block, SGLang keeps
-# every token (exercise 2).
+# The first check: SGLang's pool is exactly the budget in whole pages (the cap is honoured). The
+# second: SGLang's own K and V bytes are the formula's, within its rounding. Where the budget is
+# not a whole number of vLLM blocks, the two engines differ: vLLM drops the remainder of its last
+# block, SGLang keeps every token (exercise 2).
 #
 # :::{dropdown} How we know: what the two SGLang checks test
 # That the pool has the budget's size is no test of the formula: servelab handed SGLang the budget
@@ -361,7 +374,8 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # %% [markdown]
 # ## What the source articles say about traffic, and what the engines do
 #
-# The source articles open with the memory problem of serving. The German version says "Mit
+# The short source article, published in Japanese, German, Korean and Spanish, opens with the
+# memory problem of serving. The German version says "Mit
 # steigenden Benutzerzahlen wächst der KV Cache Speicherbedarf exponentiell, was zu TTFT-Spitzen
 # und OOM-Crashes führen kann" (as the number of users rises, the KV cache's memory demand grows
 # exponentially, which can lead to TTFT spikes and OOM crashes); the Korean version says the KV
@@ -373,19 +387,18 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # Two parts of that story are wrong for these engines, and one is right. The growth is not
 # exponential: KV memory is linear in the tokens held, per sequence and across sequences, as the
 # first plot shows. And more traffic does not make an engine allocate more KV memory until it
-# crashes: demand grows with the traffic, but the supply is fixed at start, and what does not fit
-# waits. Both engines allocate
-# their whole KV pool when they start, before they serve the first request, as the pool sizes read
-# above show. When requests need more KV than the pool holds, the scheduler (the part of the engine
-# that decides which requests run) makes them wait in its queue, and their time to first token
-# (TTFT, the wait before a request's first generated token) grows with the wait: that part of the
-# story, the TTFT spikes, is right. When running requests need more blocks than are free, vLLM
-# preempts one: it frees its blocks and later computes its KV again with a fresh prefill. SGLang
-# does much the same under another name: it retracts requests to its waiting queue. Chapter 03
-# measures the queueing and the preemptions.
+# crashes: both engines allocate their whole KV pool when they start, before the first request, as
+# the pool sizes read above show. Demand grows with the traffic; the supply does not. When requests
+# need more KV than the pool holds, the scheduler (the part of the engine that decides which
+# requests run) makes them wait in its queue, and their time to first token (TTFT, the wait before a
+# request's first generated token) grows with the wait: that part of the story, the TTFT spikes, is
+# right. When running requests need more blocks than are free, vLLM preempts one (it frees its
+# blocks and computes its KV again later) and SGLang retracts one to its waiting queue; chapter 03
+# measures both.
 #
 # :::{dropdown} How we know: where the engines allocate the pool, preempt and retract
-# Both halves of that story are wrong for these engines. The growth is not exponential: KV memory
+# Two parts of that story are wrong for these engines, and one, the TTFT spikes, is right. The
+# growth is not exponential: KV memory
 # is linear in the tokens held, per sequence and across sequences, as the first plot shows. And
 # more traffic does not make an engine allocate more KV memory until it crashes: both engines
 # allocate their whole KV pool when they start, before they serve the first request, as the pool
@@ -414,14 +427,10 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # %% [markdown]
 # ## What it means
 #
-# KV memory is linear in context length and in the number of concurrent sequences, and it
-# competes with the weights for the same memory. The planner turns a GPU size into an upper bound
-# on the number of full-length sequences; the engine's own pool, after activations and CUDA graphs,
-# is smaller, and vLLM prints its own figure (`kv_cache_max_concurrency`) when it starts. When more
-# requests arrive than the pool holds, the scheduler makes them wait or preempts some, as
-# described above; chapter 03 measures that. The next chapter shows how
-# vLLM's paged KV cache avoids reserving more than a request needs, and what happens on the
-# engine when the pool really runs out.
+# The engine's own pool, after activations and CUDA graphs, is smaller than the planner's upper
+# bound, and vLLM prints its own figure (`kv_cache_max_concurrency`) when it starts. The next
+# chapter shows how vLLM's paged KV cache avoids reserving more than a request needs, and what
+# happens when the pool runs out.
 
 # %% [markdown]
 # ## What to remember
@@ -435,7 +444,7 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 #   planner's count of sequences is an upper bound, and a model whose weights do not fit in that
 #   share (the 70B-class rows) does not start at all.
 # - Read the pool your engine really built instead of assuming it: vLLM reports it on `/metrics`,
-#   SGLang on `/server_info`, and the chapter's printed checks compare both with the formula.
+#   SGLang on `/server_info`.
 # - Both engines allocate their whole KV pool at start. More traffic means queueing and preemption,
 #   not an out-of-memory crash; an OOM comes at start, when weights, pool and activations do not
 #   fit, or from memory outside the pool.
@@ -445,10 +454,14 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 #
 # 1. (5 min, no engine) Re-run the planner with an fp8 KV cache (`kv_dtype="fp8"`; the weights
 #    stay bf16). How many more 8k-token sequences of Qwen2.5-7B fit on a 24 GiB GPU?
-# 2. (15 min, server restart) Start vLLM and SGLang with a budget that is not a whole number of
-#    vLLM blocks: two full-length requests of this profile plus half a block. Predict how many
-#    tokens each engine keeps, then check on the engines; how many full-length sequences does
-#    vLLM say it can hold?
+# 2. (5 min, no engine) Fill in `vllm_tokens_kept`: how many tokens of a KV budget vLLM keeps
+#    with blocks of a given size, when the budget is not a whole number of blocks; the check tries
+#    two full-length requests of this profile plus half a block. Optional follow-up (a server
+#    restart): read both engines' pools for that budget with
+#    `from servelab.measure.kv_memory.capacity import capacity_for_budget`, then
+#    `capacity_for_budget(servers["vLLM, partial block"], prof)` and
+#    `capacity_for_budget(servers["SGLang, partial block"], prof)`. How many full-length requests
+#    does vLLM say it holds, and how many run at once?
 # 3. (5 min, no engine) Llama-3.1-70B has 64 attention heads but 8 KV heads. How much larger
 #    would its KV cache be without grouped-query attention?
 #
