@@ -149,11 +149,11 @@ plt.show()
 # chunk size. The articles launch vLLM with `--enable-chunked-prefill --max-num-batched-tokens 2048`.
 # :::
 #
+# :::{dropdown} How we know: what the simulator and the measurement leave out
 # Beyond the tiny case, the cost of a step is a fixed linear function of what it holds, fitted on
-# this machine further down. The simulator leaves a good deal out; the list is in the dropdown, so
+# this machine further down. The simulator leaves a good deal out; the list follows, so
 # that its errors further on can be read.
 #
-# :::{dropdown} How we know: what the simulator and the measurement leave out
 # What the simulator leaves out, so that its errors below can be read: no preemption (a running
 # request is never paused to free its memory for others) and no KV cache limit (the KV cache holds
 # the attention keys and values of every token computed so far); no prefix caching; requests reach
@@ -188,10 +188,11 @@ plt.show()
 # Six servers: vLLM at the smallest and the largest budget; vLLM at the largest budget with
 # `--long-prefill-token-threshold` set to the smallest, which caps the prompt tokens one request
 # may compute in a step; SGLang with `--enable-mixed-chunk` at the smallest and the largest chunk
-# size; and SGLang at the smallest chunk size without it. The budgets in between are left to the
-# simulator.
+# size; and SGLang at the smallest chunk size without it.
 #
 # :::{dropdown} How we know: vLLM's long-prefill threshold
+# The budgets in between are left to the simulator.
+#
 # The threshold is `long_prefill_token_threshold` in `vllm/config/scheduler.py`: default 0, no cap;
 # applied only while more than one request is running or waiting.
 # :::
@@ -216,13 +217,14 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # One server per setting, since every budget is a server flag. On one server per engine the step
 # cost is calibrated first: single prompts of a few lengths timed alone (their time to first token)
 # and batches of streams decoding together (their inter-token gap). The scenario runs in `rounds`
-# rounds, each with fresh prompts: in each, every server of the engine once, in turn. Each ratio
-# below is one per round: the chapter states the median round and the range, and a conclusion only
-# where every round agrees. The window that matters runs from the long prompt's arrival to its first
+# rounds, each with fresh prompts: in each, every server of the engine once, in turn. The window
+# that matters runs from the long prompt's arrival to its first
 # token: the streams' inter-token gaps during it (median, 90th percentile, longest) and the long
 # prompt's TTFT. The 90th percentile (p90) is the gap that nine in ten gaps do not exceed.
 #
 # :::{dropdown} How we know: how the servers take turns
+# Each ratio below is one per round: the chapter states the median round and the range, and a
+# conclusion only where every round agrees.
 # On the cpu profile the three servers of one engine run side by side; on a GPU, where each asks
 # for most of the card, only one runs at a time, so each round starts each server afresh. Each
 # server is calibrated if marked so (below, on its first start), then runs the scenario once untimed
@@ -245,6 +247,9 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # a server started with `VLLM_SERVER_DEV_MODE=1` (`register_vllm_dev_api_routers` in
 # `vllm/entrypoints/serve/__init__.py`; `show_server_info` in
 # `vllm/entrypoints/serve/dev/server_info/api_router.py`), a development mode servelab leaves off.
+# SGLang's `max_prefill_tokens` is its cap on the prompt tokens of one prefill batch, raised to the
+# model's context length where that is larger (`max_prefill_tokens` in
+# `sglang/srt/arg_groups/fields/schedule.py`); the chunk size, not this cap, cuts the long prompt here.
 # :::
 #
 
@@ -291,10 +296,12 @@ print(f"{rounds} rounds; a difference that is not there puts every round on one 
 round_table.round(2)
 
 # %% [markdown]
-# The table gives each ratio's median round and the lowest and highest round. The check below states
-# the chapter's conclusions about both engines, each one only where every round agrees.
+# The check below states the chapter's conclusions about both engines, each one only where every
+# round agrees.
 #
 # :::{dropdown} How we know: what the check tests
+# The table gives each ratio's median round and the lowest and highest round.
+#
 # Each line of the check compares the lowest round of one ratio with a bound, so it prints `True`
 # only where every round is past that bound. The servers of a round take turns, so a slow
 # stretch of the machine lands on every setting of that round rather than on one setting. The line
@@ -350,11 +357,16 @@ plt.show()
 # ## The cost model, calibrated on this machine
 #
 # Each engine's calibration samples (the timed prompts and decode batches) are fitted to the
-# simulator's linear step cost (least squares on relative error, no negative costs). The table gives
-# the coefficients and how far the fitted model is from its own samples; the residual table shows
-# every sample.
+# simulator's linear step cost (least squares on relative error, no negative costs). Its terms: per
+# step; per prompt token; per decode (each stream decoding one token in the step); per context token
+# (each token those decodes read); and per request, paid once by each request before the scheduler
+# sees it (HTTP, tokenization, queueing). A term fitted at 0 does not mean that work is free: the fit
+# could not separate it from the other terms through the noise.
 #
 # :::{dropdown} How we know: which cost terms the samples pin down
+# The table gives the coefficients and how far the fitted model is from its own samples; the
+# residual table (output hidden) shows every sample.
+#
 # The samples cannot separate every term: vLLM's prefill samples are all one step of one request
 # (the calibration budget holds each prompt whole), so its per-step cost and the fixed part of a
 # request are one number, and SGLang's prefill steps grow in proportion to the tokens, so its
@@ -376,7 +388,7 @@ fit = pd.DataFrame([{"engine": e, "per step (ms)": 1e3 * c.step_s, "per prompt t
 results.save("chunked_prefill_cost_model", fit, prof)
 fit.round(3)
 
-# %%
+# %% tags=["hide-output"]
 residuals = pd.concat([c.fit.residuals.assign(engine=e) for e, c in costs.items()], ignore_index=True)
 residuals[["engine", "source", "steps", "prefill_tokens", "decodes", "decode_context_tokens", "seconds",
            "predicted_s", "rel_error"]].round(4)
@@ -387,10 +399,14 @@ residuals[["engine", "source", "steps", "prefill_tokens", "decodes", "decode_con
 # With vLLM's calibrated cost for all three, so that only the scheduling differs, the simulator
 # replays the scenario three ways: vLLM with chunking off (the prompt waits for a step that holds
 # it whole), vLLM with the smallest budget, and SGLang with the same chunk size but without mixed
-# chunk. Each box is one step a request takes part in;
-# orange boxes are prompt chunks, labelled with their tokens when there is room. A stall shows as a
+# chunk. A stall shows as a
 # stream's blue box hatched when it is longer than twice the median decode step (the stream waited
 # in a long step), or as a blank stretch of its row (the stream was left out of the steps).
+#
+# :::{dropdown} How we know: reading the boxes
+# Each box is one step a request takes part in; orange boxes are prompt chunks, labelled with their
+# tokens when there is room.
+# :::
 
 # %%
 timelines = {
@@ -408,14 +424,23 @@ timeline_comparison({t: steps_frame[steps_frame.run == t] for t in sims}, highli
 plt.show()
 
 # %% [markdown]
+# Watch the streams' rows while the long prompt's orange boxes run: with chunking off one long step
+# stalls them, at the small budget they keep a box in every step, and in SGLang without mixed chunk
+# their rows stay blank until the last chunk.
+
+# %% [markdown]
 # ## The trade-off curve: measured, and predicted
 #
 # For each engine the simulator runs the same scenario at every budget of the profile (the lines,
 # each point labelled with its budget), with the cost model fitted on that engine; the measured
 # servers are the filled markers, each joined by a dotted line to the open marker the simulator
 # predicts for it. One axis is what the long prompt pays (its TTFT), the other what the streams pay
-# (their 90th-percentile gap during its prefill; their longest stalls are in the measured table above).
-# Each measured server is labelled with its budget.
+# (their 90th-percentile gap during its prefill).
+#
+# :::{dropdown} How we know: the streams' longest stalls, and the labels
+# The streams' longest stalls are in the measured table above. Each measured server is labelled
+# with its budget.
+# :::
 
 # %%
 curves = pd.concat([
@@ -460,7 +485,14 @@ ax.set_xlim(left=0)
 ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 plt.show()
 
+# %% [markdown]
+# The bottom-left corner is where both pay little. The first line below says whether, for SGLang
+# without mixed chunk, smaller chunks came out worse on both axes in the simulation.
+
 # %%
+plain_curve = curves[curves.setting == "sglang"].sort_values("budget")
+print("SGLang without mixed chunk, simulated: smaller chunks are worse on both axes (longer TTFT, higher p90 gap):",
+      bool((plain_curve.long_ttft_s.diff().dropna() <= 0).all() and (plain_curve.itl_p90_s.diff().dropna() <= 0).all()))
 compared = ["long_ttft_s", "itl_p90_s", "longest_stall_s"]
 error_table = comparison.pivot(index="config", columns="metric", values="rel_error").loc[[c.label for c in configs]]
 print(f"gaps per stream in the window, {sgl_plain_cfg.label}: {sgl_plain.gaps / streams:.1f}")
@@ -468,9 +500,11 @@ print(f"gaps per stream in the window, {sgl_plain_cfg.label}: {sgl_plain.gaps / 
 
 # %% [markdown]
 # The table gives, for each server and each metric, the simulator's error: its prediction over the
-# measurement, minus one, so a negative error is a prediction that was too short. The cell after it
-# tests one reason the simulator can fall short: whether a prompt's later chunks cost more than its
-# early ones.
+# measurement, minus one, so a negative error is a prediction that was too short. The gaps-per-stream
+# line counts the inter-token gaps each stream had in the window without mixed chunk: too few for a
+# median gap to mean much. Later chunks attend over all earlier tokens of their prompt, so they can
+# cost more: the next table divides the streams' gap late in the window by that early in it, and a
+# ratio above one is that growth.
 #
 # :::{dropdown} How we know: what the error leaves out and what the growth test shows
 # The error is predicted over measured, minus one (the median gap is left out: in SGLang without
@@ -502,21 +536,27 @@ growth_table.round(2)
 # ## What the flags mean today
 #
 # The next cells show both engines' defaults, read from their own code on this machine, and have
-# each engine's own argument parser judge the flags the articles name. Neither default budget is a
-# fixed number: each engine derives it in part from the machine it starts on.
+# each engine's own argument parser judge the flags the source articles (those this book checks,
+# listed in `book/sources.md`) name.
 #
 # :::{dropdown} How we know: where the defaults and the verdicts come from
+# Neither default budget is a fixed number: each engine derives it in part from the machine it
+# starts on.
+#
 # Both engines' defaults, read from their own code on this machine: vLLM's `EngineArgs` field
 # defaults and its `get_batch_defaults` (which picks the default budget from the platform, the
-# device memory and whether the server or the `LLM` class is starting; the table is per world
-# size, tensor times pipeline parallel), and SGLang's argument resolution for this profile's
+# device memory and whether the server or the `LLM` class, vLLM's Python API for offline runs, is
+# starting; the table is per world size, the number of devices one engine spans, tensor times
+# pipeline parallel), and SGLang's argument resolution for this profile's
 # model and device (which derives the default chunk size from the device's memory; on CPU, host
 # memory per NUMA node).
 #
 # The same cell has the engines' own argument parsers judge the flags the articles name (checked
 # without starting an engine, `servelab/engines/flags.py`): chunked prefill with 512 and 1024
 # tokens per step, the vLLM flag for several partial prefills, the long-prefill threshold, and
-# SGLang's forms. The model id only needs to be one the parsers can resolve offline.
+# SGLang's forms, among them `--chunked-prefill-size -1`, which turns chunking off: the scheduler
+# treats any size of 0 or less as none (`Scheduler.__init__` in `sglang/srt/managers/scheduler.py`).
+# The model id only needs to be one the parsers can resolve offline.
 # :::
 #
 
@@ -583,6 +623,7 @@ print(not accepted["--enable-chunked-prefill (sglang)"], accepted["--chunked-pre
 #
 
 # %%
+# The articles' one vLLM command is their speculative-decoding command (hence its id), which also sets chunking.
 article = next(c for c in flags.article_commands() if c["id"] == "vllm-speculative-config")
 argv = article["command"]
 article_budget = int(argv[argv.index("--max-num-batched-tokens") + 1])
@@ -602,16 +643,22 @@ print("SGLang: the articles' sgl.Runtime call sets no chunking argument; its chu
 #
 # While a long prompt is prefilled, a stream's inter-token gap is one step, and a step holds
 # about the whole budget: the fitted cost gives its duration as the per-step cost plus the
-# per-token cost times the prompt tokens in it, plus the decodes. So the budget sets the streams'
-# worst gap almost linearly, and the long prompt pays the per-step cost once per chunk. The rule:
+# per-token cost times the prompt tokens in it, plus the decodes. So the streams' worst gap is a
+# fixed per-step cost plus a part that grows in proportion to the budget, and the long prompt pays
+# the per-step cost once per chunk. The rule:
 # pick the largest budget whose step fits the inter-token latency you promise, as a multiple of the
 # steady decode gap; lower it when the streams' p90 gap is over that target during long prompts;
 # raise it when long prompts wait too long for their first token and the streams have room under
-# the target. The cell computes that budget from the fitted vLLM cost for a target of twice the
-# steady decode gap. Since the simulator under-predicted vLLM's median gap during the prefill (the
-# measured over predicted ratio at the smallest budget, printed), the target is divided by that
-# ratio before the budget is solved for; the results are ratios, not times, because the times
+# the target. When only long prompts break the target, `--long-prefill-token-threshold` beats a
+# smaller budget: it caps their tokens per step, and the budget stays large for everything else.
+# The cell computes the budget from the fitted vLLM cost for a target of twice the steady decode gap.
+#
+# :::{dropdown} How we know: correcting the target by the measurement
+# The target is divided by the measured over predicted median gap during the prefill at the smallest
+# vLLM budget (printed first; above one, the simulator predicted gaps too short; near one, it was
+# right) before the budget is solved for. The results are ratios, not times, because the times
 # belong to this machine.
+# :::
 
 # %%
 steady_gap = costs["vllm"].step_seconds(0, streams, streams * stream_prompt_tokens)
@@ -676,14 +723,16 @@ print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vll
 # `--prefill-decode-interval`, which runs decode batches between the chunks (simulated in the
 # exercises, not measured). Both are off by default; without them the chunk size bounds each
 # step's length but the running streams still wait for the last chunk, as the source reading and
-# the simulator predicted. Mixed chunk has a price, printed above: the long prompt's TTFT grows,
-# since the decodes take their rows off every chunk.
+# the simulator predicted.
 #
 # A smaller budget is not free either: it buys shorter gaps for the streams and costs the long
 # prompt the fixed cost of every step it adds. The simulator gets the shape of the trade-off but
 # under-predicts its level.
 #
 # :::{dropdown} How we know: why the simulator falls short, and how firm the ratios are
+# Mixed chunk has a price, printed above: the long prompt's TTFT grows, since the decodes take
+# their rows off every chunk.
+#
 # For SGLang with mixed chunk part of the under-prediction is the chunks getting more expensive as
 # the prompt grows (its late/early gap ratio), which a linear cost model would need a term for,
 # calibrated with prompts long enough to be chunked; for vLLM the median round of the late/early
@@ -703,9 +752,9 @@ print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vll
 # - In SGLang, chunking alone does not keep the streams going: without `--enable-mixed-chunk` or
 #   `--prefill-decode-interval`, both off by default, they wait for the last chunk (the chapter
 #   measured their longest stall at more than half the long prompt's TTFT, in every round).
-# - The budget sets the streams' worst gap almost linearly: take the largest budget whose step fits
-#   the inter-token latency you promise, lower it when the p90 gap during long prompts breaks that
-#   promise, raise it when long prompts wait too long for their first token.
+# - The streams' worst gap is a fixed per-step cost plus a part that grows with the budget: take the
+#   largest budget whose step fits the inter-token latency you promise, lower it when the p90 gap
+#   during long prompts breaks that promise, raise it when long prompts wait too long for their first token.
 # - A linear step cost fitted on the machine got the trade-off's shape but under-predicted its
 #   level: check a simulator's answer against a live run on your own server.
 
@@ -792,6 +841,8 @@ print(f"Answer: the p90 gap changes by a factor {more.itl_p90_s / base.itl_p90_s
       f"{sizes[0] - 2 * streams} of them are prompt tokens instead of {sizes[0] - streams}: the long prompt needs more "
       "steps and its TTFT grows. The decodes take their share of the budget first. None of the growth is queueing: "
       "the long prompt arrives only after the last stream has its warm-up tokens, so no stream prefill is left.")
+print(f"This answer depends on the fitted cost per decode ({1e3 * costs['vllm'].decode_s:.3f} ms here): with a larger "
+      "one each step would also grow with the extra streams, and the p90 gap with it.")
 
 
 def doubled_streams() -> dict[str, float]:
@@ -803,6 +854,9 @@ exercise_check.check(doubled_streams, answers.doubled_cases(prof.max_model_len, 
 
 # %%
 # Exercise 3: your answer. `SchedulerConfig("sglang")` is SGLang without mixed chunk; `costs["sglang"]` its cost.
+# For the interval: `window_stats(run_scenario(scenario, SchedulerConfig("sglang", budget=...,
+# prefill_decode_interval=1), costs["sglang"]))` gives a dict with "longest_stall_s" and "long_ttft_s"
+# (no check for this part: compare it with your stall_over_ttft).
 
 
 def stall_over_ttft(chunk: int) -> float:
