@@ -60,8 +60,10 @@ turns = 3                      # multi-turn: turns per conversation
 # %%
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
+from IPython.display import display
 from matplotlib import pyplot as plt
 
 from servelab.book import banner, results
@@ -70,12 +72,14 @@ from servelab.book.diagrams_head_to_head import draw_sweep
 from servelab.book.i18n import N_, t
 from servelab.book.selection_guide import guide
 from servelab.engines import flags
+from servelab.engines.launch import kv_budget_flags
 from servelab.measure.deploying import head_to_head as h2h
 from servelab.measure.deploying import recipes
 from servelab.measure.kv_memory.capacity import engine_capacity
 
 prof = banner.start(profile)
 pd.set_option("display.max_colwidth", None)
+pd.set_option("display.expand_frame_repr", False)  # a wide table prints whole rows, not wrapped
 
 # %% [markdown]
 # ## The runs
@@ -171,7 +175,8 @@ def started(engine, server):
 
 
 names = {"vllm": "vLLM", "sglang": "SGLang"}
-table, requests_sent = h2h.measure_rounds({e: servers[names[e]].server(prof) for e in engines}, plans,
+live = {e: servers[names[e]].server(prof) for e in engines}
+table, requests_sent = h2h.measure_rounds(live, plans,
                                           together=side_by_side(prof), output_tokens=output_tokens, warm=warm,
                                           started=started)
 saved = results.save("head_to_head", table, prof, output_tokens=output_tokens, seed=seed, kv_cache_tokens=kv_tokens,
@@ -179,15 +184,30 @@ saved = results.save("head_to_head", table, prof, output_tokens=output_tokens, s
                      runs=[{"name": r.name, "round": i, "dataset": list(r.dataset), "seed": r.seed}
                            for i, plan in enumerate(plans) for r in plan])
 results.save("head_to_head_requests", requests_sent, prof)
-table[["round", "engine", "run", "completed", "failed", "cached_tokens", "duration", "p50_ttft_ms", "p50_itl_ms",
-       "output_throughput"]].round(1)
+shown = table[["round", "engine", "run", "completed", "failed", "cached_tokens", "duration", "p50_ttft_ms",
+               "p50_itl_ms", "output_throughput"]].round(1)
+for engine in engines:  # one table per engine, each printed whole
+    display(shown[shown.engine.eq(engine)].reset_index(drop=True))
 
 # %% [markdown]
 # The servers as they ran: each command line and the environment servelab set for it, and the KV
 # capacity each engine reports having built from the same budget. The `cached_tokens` column above
 # is the growth of each engine's own counter of prompt tokens served from its prefix cache
 # (`vllm:prefix_cache_hits`, `sglang:cached_tokens`), read from the server before and after each
-# run.
+# run. The two engines count different numbers for the same prompts because vLLM caches a prefix
+# only in whole KV blocks, of the size printed at the end of the ratios below, while SGLang caches it
+# to the token ([chapter 04](04_prefix_caching.ipynb)).
+#
+# :::{dropdown} How we know: what the capacity table's columns mean
+# Each engine's row is what it reported building from the same budget in tokens: `block_size` is
+# the tokens per KV block, `blocks` how many it built, `tokens` their product and `usable` what
+# requests can hold. vLLM keeps one block aside as a null block, so its usable tokens are one block
+# fewer. `max_concurrency` is vLLM's own figure (`kv_cache_max_concurrency`): the pool's tokens, null
+# block included, over the context window, so requests of full length that fit at once, a fraction
+# where the last one fits only in part; SGLang reports no such figure, hence NaN in its row. `kv_gib`
+# is the size of SGLang's K and V buffers in GiB, as its server reports it (the pool plus one padding
+# page); vLLM reports none, hence NaN in its row (it was given its pool in bytes, as shown below).
+# :::
 
 # %%
 for engine, launch in launched.items():
@@ -213,6 +233,43 @@ print(bool((tokens.xs("vllm", axis=1, level=1) == tokens.xs("sglang", axis=1, le
 # more requests in flight raise each engine's output throughput, in every round
 print(*(bool((by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "output_throughput"]).all())
         for e in engines))
+
+# %% [markdown]
+# ### On your own server
+#
+# The same measurement runs against any server that speaks the OpenAI-compatible API. Start your
+# server, then run the command the next cell prints: the one this chapter ran for its busiest
+# random-prompt run, with your server's address in place of `YOUR-HOST` and your model's name and
+# tokenizer in place of this run's. To compare two engines
+# fairly, give both the same KV cache in tokens: SGLang takes tokens (`--max-total-tokens`), vLLM
+# takes bytes (`--kv-cache-memory-bytes`), the tokens times the bytes of keys and values one token
+# of the model needs; the cell prints that product for this run's model.
+#
+# :::{dropdown} How we know: the three flags this book's servers add
+# `--enforce-eager` makes vLLM run the model as plain PyTorch, without the graph capture and
+# compilation it otherwise does at start, so it starts several times faster on the cpu profile
+# (`enforce_eager` in `vllm/config/model.py`; `servelab/data/profiles.toml`).
+# `--enable-prompt-tokens-details` makes vLLM's API report each request's cached prompt tokens in
+# its usage (`vllm/entrypoints/launchers/cli_args.py`). `--sleep-on-idle` lets SGLang's scheduler
+# sleep while no request waits instead of polling, which "reduces CPU usage when sglang is idle"
+# (`sleep_on_idle` in `sglang/srt/arg_groups/fields/device.py`): on the cpu profile the two servers
+# share the cores, and an idle one must not take them from the one measured.
+# :::
+
+# %%
+busiest = next(r for r in runs if r.name == heavy)
+yours = SimpleNamespace(url="http://YOUR-HOST:8000", served_model=live["vllm"].served_model, model=live["vllm"].model)
+lines = []
+for arg in busiest.args(yours, output_tokens):  # one flag and its value per line
+    if arg.startswith("--") or not lines:
+        lines.append([arg])
+    else:
+        lines[-1].append(arg)
+print("vllm bench serve \\\n  " + " \\\n  ".join(shlex.join(line) for line in lines))
+kv_bytes = kv_budget_flags("vllm", kv_tokens, live["vllm"].model, prof.dtype)["kv_cache_memory_bytes"]
+print(f"\nOne KV budget of {kv_tokens} tokens for {prof.model} in {prof.dtype}:")
+print(f"  SGLang: --max-total-tokens {kv_tokens}")
+print(f"  vLLM:   --kv-cache-memory-bytes {kv_bytes}  ({kv_tokens} tokens x {kv_bytes // kv_tokens} bytes per token)")
 
 # %% [markdown]
 # The first figure is the concurrency sweep: time to first token, inter-token latency and output
@@ -244,10 +301,13 @@ plt.show()
 # %% [markdown]
 # The second figure is the rate sweep: requests arrive at random times (a Poisson process with the
 # benchmark's seed, so both engines get the same arrival times) and nothing limits how many are in
-# flight. Where the rate exceeds what the server completes, requests queue and TTFT grows. With so
-# few requests per rate, each run is mostly its start and its tail: the completed requests per
-# second are counted over the whole run, sending included, so they stay below the dotted line of
+# flight. Where the rate exceeds what the server completes, requests queue and TTFT grows.
+#
+# :::{dropdown} How we know: why completed requests stay below the rate sent
+# With so few requests per rate, each run is mostly its start and its tail: the completed requests
+# per second are counted over the whole run, sending included, so they stay below the dotted line of
 # the rate sent even where the server keeps up. The points show a direction, not a capacity curve.
+# :::
 
 # %%
 by_rate = middle[middle.workload.eq("random") & middle.concurrency.isna()]
@@ -260,10 +320,13 @@ plt.show()
 # latency ratio below 1, or a throughput ratio above 1, favours vLLM. The first table gives each
 # run's median round; the second, for three metrics, the lowest and highest round and the engine
 # that every round favoured (blank where the rounds disagree). A difference that is not there
-# would still put all rounds on one side by chance, with the probability printed below. These are
-# what the [claims ledger](../book/claims.md) sets against the articles' benchmark figures (rows
-# `throughput-vs-latency-split`, `cerebrium-ttft-123-vs-340`, `sglang-5000-tokens-per-second`,
+# would still put all rounds on one side by chance, with the probability printed below.
+#
+# :::{dropdown} How we know: which claims these ratios settle
+# These are what the [claims ledger](../book/claims.md) sets against the articles' benchmark figures
+# (rows `throughput-vs-latency-split`, `cerebrium-ttft-123-vs-340`, `sglang-5000-tokens-per-second`,
 # `vllm-7b-throughput-range`, `vllm-ttft-from-streaming`): one client, both engines in one run.
+# :::
 
 # %%
 from servelab.measure.rounds import chance_of_agreement
@@ -278,7 +341,7 @@ rounds_range = pd.concat({metric: h2h.ratio_spread(table, metric, lower_is_bette
 results.save("head_to_head_ratio_rounds", rounds_range.reset_index(), prof, rounds=rounds)
 print(f"With {rounds} rounds and no real difference, all rounds favour one engine by chance "
       f"{chance_of_agreement(rounds):.0%} of the time.")
-rounds_range.round(2)
+print(rounds_range.round(2).to_string())
 
 # %%
 spread = ratio[["p50_ttft_ms", "p50_itl_ms", "output_throughput"]]
@@ -365,11 +428,27 @@ book = recipes.load()
 verdicts = recipes.table(book)
 results.save("deployment_recipes", verdicts, prof)
 gpus = {r.id: r.gpu for r in book.recipes}
-for _, row in verdicts.iterrows():
-    where = f", {gpus[row.id]}" if row.form == "recipe" else ""
-    error = row["engine's error"]
-    print(f"[{row.engine}, {row.setting}{where}, {row.id}, {row.form}] accepted: {row.accepted} "
-          f"({row['checked with']})\n  {row.command}" + (f"\n  error: {error}" if error else ""))
+
+
+def show(rows):
+    """Each command's verdict, then the command on its own lines."""
+    for _, row in rows.iterrows():
+        where = f", {gpus[row.id]}" if row.form == "recipe" else ""
+        error = row["engine's error"]
+        print(f"[{row.engine}, {row.setting}{where}, {row.id}, {row.form}] accepted: {row.accepted} "
+              f"({row['checked with']})\n  {row.command}" + (f"\n  error: {error}" if error else "") + "\n")
+
+
+print("The articles' commands and their corrected forms:\n")
+show(verdicts[verdicts.form != "recipe"])
+
+# %%
+print("vLLM recipes:\n")
+show(verdicts[(verdicts.form == "recipe") & verdicts.engine.eq("vllm")])
+
+# %%
+print("SGLang recipes:\n")
+show(verdicts[(verdicts.form == "recipe") & verdicts.engine.eq("sglang")])
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -483,9 +562,13 @@ print(not alone["fits"])
 # tokens each can hold before the scheduler must queue or preempt (chapter 03). `--max-model-len`
 # (SGLang: `--context-length`) caps one request; vLLM allocates KV blocks as tokens arrive, so it
 # does not change how many typical requests fit, only the start-up check that the pool holds one
-# request of that length. vLLM's default `--max-num-seqs` for `vllm serve` depends on the GPU, as
-# printed above from its own `get_batch_defaults`. The Llama 3.1 models are gated on the Hugging
-# Face hub: accept the licence there and set `HF_TOKEN` before the first start.
+# request of that length. The Llama 3.1 models are gated on the Hugging Face hub: accept the licence
+# there and set `HF_TOKEN` before the first start.
+#
+# :::{dropdown} How we know: vLLM's default batch cap
+# vLLM's default `--max-num-seqs` for `vllm serve` depends on the GPU, as printed above from its own
+# `get_batch_defaults`.
+# :::
 
 # %%
 for _, row in recipes.explanations(book).iterrows():
@@ -525,10 +608,13 @@ for _, row in selection.iterrows():
 # Read it as where to start, not as a verdict: each row is a few rounds on one machine, and the
 # leaning is the measured direction, not a margin that would hold on another model or GPU. Two rows
 # can point different ways for the same workload: a prefix-cache hit rate counts cached tokens
-# only, while a latency includes everything else each engine spends per step. Where the articles'
-# guide (ledger rows `guide-vllm-for-rag`, `guide-sglang-for-json`,
+# only, while a latency includes everything else each engine spends per step.
+#
+# :::{dropdown} How we know: where the articles' guide and this one disagree
+# Where the articles' guide (ledger rows `guide-vllm-for-rag`, `guide-sglang-for-json`,
 # `guide003-vllm-under-memory-pressure`, `guide003-chat-sglang-api-vllm`) and this one disagree, the
 # evidence column says which cell or ledger row to open.
+# :::
 
 # %% [markdown]
 # ## What to remember
@@ -558,7 +644,8 @@ for _, row in selection.iterrows():
 #    eight GPUs (`--tp-size 8`, no pipeline), check it with SGLang's own parser, and compare what
 #    each GPU holds in the two layouts with `recipes.refit`.
 # 3. (10 min, no engine) Does either engine win every run? Count, per metric, the runs where the
-#    median round favours vLLM, and name the run whose throughput ratio is farthest from even.
+#    median round favours vLLM, name the run whose throughput ratio is farthest from even, and count,
+#    per metric, the runs where every round favoured the same engine (`rounds_range`, above).
 #
 # Fill in each stub, then run its check; solutions are hidden below.
 
@@ -603,7 +690,10 @@ def scaling_efficiency(engine: str, lower: int, upper: int) -> float:
 exercise_check.check(scaling_efficiency, answers.efficiency_cases(sweep), title="Solution 1")
 
 # %%
-# Exercise 2: your answer, the command as a list of arguments; the recipe is `book["sglang-2node-rank0"]`.
+# Exercise 2: your answer, the command as a list of arguments. Start from the recipe's own command:
+#   two_node_sglang = next(r for r in book.recipes if r.id == "sglang-2node-rank0")
+#   list(two_node_sglang.command)   # its arguments, ["sglang", "serve", "--model-path", ...]
+# and try yours with SGLang's parser before the check: flags.check("sglang", tp8_command).ok (and .error).
 tp8_command: list[str] = ...  # ["sglang", "serve", "--model-path", ...]
 
 # %%
@@ -611,9 +701,10 @@ exercise_check.check(answers.recipe_facts(lambda: tp8_command), answers.recipe_c
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 # Solution 2
-tp8 = ["sglang", "serve", "--model-path", "meta-llama/Llama-3.1-70B-Instruct", "--tp-size", "8", "--nnodes", "2",
-       "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000", "--mem-fraction-static", "0.80",
-       "--context-length", "32768"]
+two_node_sglang = next(r for r in book.recipes if r.id == "sglang-2node-rank0")
+tp8 = list(two_node_sglang.command)  # the recipe's arguments, then: no pipeline, tensor parallel over all 8 GPUs
+del tp8[tp8.index("--pp-size"):tp8.index("--pp-size") + 2]
+tp8[tp8.index("--tp-size") + 1] = "8"
 verdict = flags.check("sglang", tp8)
 print(shlex.join(tp8))
 print("accepted:", verdict.ok, verdict.error or "")
