@@ -274,14 +274,23 @@ plt.show()
 #
 # The measured line is the decode rate: batch / median ITL, first tokens left out. The bound is a
 # ceiling; how close the engines come to it depends on the machine, and the cell above prints it.
-# Where they stay far below, as on this CPU, something other than reading the weights takes most of a
-# step (this chapter does not measure what), and the batch shares that cost too. With one run per
-# batch size these columns are noisy: a request speed above 1 at some batch is noise.
+# Near the bound, reading the weights is what a step costs. Far below it, something else takes most
+# of a step (this chapter does not measure what), and the batch shares that cost too.
+#
+# :::{dropdown} How we know: how exact the bound is, and what the check allows
+# The bandwidth is measured with one simple read (PyTorch's sum over a large tensor, best of five
+# passes), while the engine reads its weights with its own matrix kernels, which may stream memory a
+# little faster, and a busy machine lowers the measurement. So the bound is an estimate: on some
+# hosts of the same kind a batch-1 decode rate sits just below it, on others far below. The check
+# allows a measured rate up to a quarter above the estimate; a rate beyond that would mean the
+# bytes read per token are counted wrong, which is what the check is for. With one run per batch size
+# these columns are noisy: a request speed above 1 at some batch is noise.
+# :::
 
 # %%
 # NBVAL_CHECK_OUTPUT
 top = scaling.groupby("engine").last()
-print((top.server_gain_vs_batch_1 > 2).all(), bool((scaling.decode_tok_s <= 1.1 * scaling.roofline_tok_s).all()))
+print((top.server_gain_vs_batch_1 > 2).all(), bool((scaling.decode_tok_s <= 1.25 * scaling.roofline_tok_s).all()))
 
 # %% [markdown]
 # ## Latency against load
