@@ -360,9 +360,10 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
                                             if host_roofline else np.nan)}).round(2)
 
 # %% [markdown]
-# On the cpu profile a one-token step takes several times as long as reading the weights once (the
-# small table): a decode step is dominated by per-step overhead, which a pass over k + 1 tokens
-# shares, so verification costs about one step here too.
+# Compare the small table's first two rows: a one-token step cannot be shorter than reading the
+# weights once. Near that time, a step is bound by memory bandwidth; several times longer, by a fixed
+# cost per forward pass. Either way a pass over k + 1 tokens shares the cost, so verification costs
+# about one step while the pass stays small.
 #
 # :::{dropdown} How we know: medians, warm-up, copying answers and per-step overhead
 # The decode rates are medians of `plain_repeats` answers per task, after the plain server's
@@ -372,13 +373,13 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
 # the fourth; that is what the n-gram method below feeds on.
 #
 # Read with the small table, the decode table says what makes a verification cheap on this
-# machine. A one-token step takes several times as long as reading the weights once at NumPy's
-# bandwidth, and the engine moves only a fraction of that bandwidth per token. So on the cpu
-# profile a decode step is not bound by memory bandwidth: it is dominated by per-step overhead, a
-# fixed cost per forward pass whatever its size. That overhead is what a pass over k + 1 tokens
-# shares, and it makes verification about as cheap as one step here just as bandwidth does on a
-# GPU serving a large model; the mechanism differs, the consequence for speculation is the same
-# while the pass stays small.
+# machine, and the answer depends on the host: on hosts of the same kind a one-token step has taken
+# from about the time of reading the weights once at NumPy's bandwidth (the engine then moves about
+# that bandwidth per token: the step is bound by memory, as on a GPU serving a large model) to
+# several times longer (then it is dominated by per-step overhead, a fixed cost per forward pass
+# whatever its size). Both costs are what a pass over k + 1 tokens shares, so either way
+# verification is about as cheap as one step while the pass stays small; the small table says which
+# holds on this run.
 # :::
 #
 # ## Speculative sampling from scratch
