@@ -190,13 +190,17 @@ pd.Series(machine).round(1)
 # %% [markdown]
 # Now the engine: a plain vLLM server and one per way of drafting. **Prompt lookup** (vLLM's `ngram`
 # method) needs no draft model: it finds the last few tokens earlier in the context and proposes what
-# followed them there. A **draft model** must share the target's tokenizer; none that does is smaller
-# than the cpu profile's SmolLM2-135M, so there the drafts are cut from the model: its first L
+# followed them there. A **draft model** must, by vLLM's default, share the target's tokenizer;
+# none that does is smaller than the cpu profile's SmolLM2-135M, so there the drafts are cut from the model: its first L
 # layers, or the whole **model as its own draft**.
 #
 # :::{dropdown} How we know: the tokenizer rule and SmolLM2's family
-# A draft model must share the target's tokenizer: vLLM checks that the vocabulary sizes match
-# and then runs the draft with the target's tokenizer (`vllm/config/speculative.py`). On a GPU
+# By default a draft model must share the target's tokenizer: vLLM checks that the vocabulary sizes
+# match and then runs the draft with the target's tokenizer (`vllm/config/speculative.py`). With
+# `use_heterogeneous_vocab` set, the draft keeps its own tokenizer and `DraftModelProposer` builds a
+# `VocabMapping` that confines its logits to the tokens both vocabularies share
+# (`vllm/v1/spec_decode/draft_model.py`); that works only with the `draft_model` method and greedy
+# drafting (`draft_sample_method = "greedy"`). This chapter's cpu servers leave it off. On a GPU
 # profile the draft is the profile's own draft model. On the cpu profile the model is
 # SmolLM2-135M, the smallest of its family: no smaller model shares its tokenizer (SmolLM2-360M
 # and 1.7B do, but are larger), so the drafts come from the model itself.
@@ -235,8 +239,9 @@ lineup = Lineup({name: servers[name].server(prof) for name in ["plain", *(m.name
                 together=together)
 plain = lineup.take("plain")
 block_size = engine_capacity(plain)["block_size"]
-pd.DataFrame([{"server": "plain", "speculative config": "-"}]
-             + [{"server": m.name, "speculative config": m.config} for m in methods])
+print("plain: no speculative config")
+for m in methods:  # each server's speculative config in full, one line each
+    print(f"{m.name}: {m.config}")
 
 # %% [markdown]
 # **One forward over n tokens.** A verification is one pass over k + 1 new tokens after a context held
@@ -304,7 +309,7 @@ pd.DataFrame({"fastest (ms)": 1000 * fastest, "cost in one-token passes": fastes
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print((costs.cached_tokens == costs.prefix_tokens).all(), verify_cost(k + 1) < (k + 1) / 2)
+print((costs.cached_tokens == costs.prefix_tokens).all(), verify_cost(k + 1) < 1.5)
 
 # %% [markdown]
 # The time is flat for the first few tokens, then climbs in a straight line: a pass over k + 1 tokens
@@ -312,23 +317,26 @@ print((costs.cached_tokens == costs.prefix_tokens).all(), verify_cost(k + 1) < (
 #
 # :::{dropdown} How we know: the checks, the dip and the gap to the roofline
 # The first check says every measured request found its whole prefix in the cache (so it really
-# ran only its n new tokens); the second, that a pass over k + 1 tokens costs far less than k + 1
-# passes over one. On the left the time is linear in n: flat for the first few tokens, then a
+# ran only its n new tokens); the second, that a pass over k + 1 tokens costs less than one and a
+# half passes over one token, v(k + 1) < 1.5: checking k drafts costs little more than the step
+# plain decoding takes anyway, the premise everything below rests on. On the left the time is
+# linear in n: flat for the first few tokens, then a
 # straight climb, where a pass costs about as much per token as a prompt does in prefill. On the
 # right the same per token, on log axes: the cost of a token falls as n grows until the climb.
 #
-# At small n the measured times need not be monotone: on the cpu profile a pass over a few tokens
-# can come out faster than one over a single token, in every repeat (the table's "cost in
-# one-token passes" below 1). The chapter takes the curve as measured, dips included: v(n) is the
-# fastest time over n tokens divided by the fastest over one, linear in between. The dip is not an
-# artefact of this measurement: the plain server's decode steps in the concurrency sweep below,
-# with b requests in one step, reproduce it (the table "plain step in the sweep" there). Smoothing
-# it away, say by never counting a pass as cheaper than one over fewer tokens, would make every
-# verification near the dip dearer than the engine finds it, and every prediction below too low.
+# At small n the measured times need not be monotone: on some runs a pass over a few tokens comes
+# out faster than one over a single token (where the table's "cost in one-token passes" falls
+# below 1; on runs where it does not, there is no dip). The chapter takes the curve as measured,
+# dips included: v(n) is the fastest time over n tokens divided by the fastest over one, linear in
+# between. Where a dip shows, the plain server's decode steps in the concurrency sweep below, with
+# b requests in one step, say whether it is real (the table "plain step in the sweep" there).
+# Smoothing it away, say by never counting a pass as cheaper than one over fewer tokens, would
+# make every verification near a dip dearer than the engine finds it, and every prediction below
+# too low.
 #
-# On the cpu profile the engine sits far above the roofline at small n, by a roughly constant
-# amount: the part of a step that is neither reading weights nor arithmetic (attention over the
-# context, sampling, scheduling, Python), large next to a model this small.
+# Where the measured time at small n lies above the table's roofline, the gap is the part of a step
+# that is neither reading weights nor arithmetic (attention over the context, sampling,
+# scheduling, Python), large next to a model this small; compare the two rows of the table.
 # :::
 #
 # **Decoding against the roofline.** The plain engine answers the four tasks one at a time, beside the
@@ -516,8 +524,8 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # All of that, the tasks and the sweep, runs `rounds` times, round by round: each round measures
 # every server once, in turn, so a stretch where something else slows the machine falls on all
 # servers alike (`Lineup.in_rounds` in `servelab/measure/lineup.py`). Round r starts at server r
-# mod n, so no server always takes the same place in a round: the plain one is not always first,
-# and its neighbours in the order change from round to round. On a GPU, where one server fits at a
+# mod n, so each server's place in the round changes from round to round: the plain one is not
+# always first (the order itself only rotates). On a GPU, where one server fits at a
 # time, every round starts each server afresh, in the same turns, so a drift of the machine lands
 # on every server there too; the price is a start per server and round.
 #
@@ -687,17 +695,23 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 #
 # ### A draft model made from the target
 #
-# **The model as its own draft** has every draft accepted, yet gains little: each draft token costs a
-# full forward pass of the same model, the step plain decoding takes anyway. What is left is
-# batching: one verification checks the k drafts and adds a token in a single pass, so k + 1 tokens
-# cost about k + v(k + 1) steps instead of k + 1. **Its first L layers** cost less per pass, but were
-# never trained to stop early.
+# **The model as its own draft** has every draft accepted, yet gains little or nothing, and on this
+# CPU may even be slower (the cell below prints which): each draft token costs a full forward pass
+# of the same model, the step plain decoding takes anyway. vLLM's draft also re-reads what was
+# verified: one pass over k + 2 tokens, then k − 1 one-token passes, then the verification over
+# k + 1 tokens. So k + 1 tokens cost about v(k + 2) + k − 1 + v(k + 1) steps instead of k + 1.
+# **Its first L layers** cost less per pass, but were never trained to stop early.
 #
 # :::{dropdown} How we know: the two drafts
 # - **the model as its own draft.** Every drafted token is the target's own choice, so everything
-#   is accepted, and the draft costs what the target costs. With c = 1 the theory's speedup is
-#   (k + 1)/(k + v(k + 1)), about 1: the overhead, with no gain; the c that fits says how close
-#   the draft's real cost comes to the target's.
+#   is accepted, and the draft costs what the target costs. vLLM's draft-model proposer runs its
+#   first pass over the k + 1 tokens just verified plus one extra slot per request
+#   (`needs_extra_input_slots`, `set_inputs_first_pass` in
+#   `vllm/v1/spec_decode/llm_base_proposer.py`; `DraftModelProposer` passes no hidden states to
+#   the draft), then k − 1 one-token passes. With c = 1 the theory's speedup is
+#   (k + 1)/(v(k + 2) + k − 1 + v(k + 1)) (`load.batch_costs`), about 1 at best: the overhead, with no
+#   gain; the c that fits says how close the draft's real cost comes to the target's. The verdict
+#   is "faster" or "slower" only where every round of the task mean is on the same side of 1.
 # - **its first L layers**, followed by its own final norm and LM head
 #   (`servelab/machine/draft_models.py` writes such a copy). Cheaper per step, but never trained
 #   to stop early.
@@ -707,9 +721,15 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 own_draft = next((m.name for m in methods if m.draft_layers == layers), None) if cut_drafts else None
 if own_draft:
     own = tasks[tasks.method == own_draft]
+    draft_step, verification = load.batch_costs(k, 1.0, 1, verify_cost)  # per draft token, and per verification
+    own_mean = load.over_rounds(  # the mean over the tasks, one per round
+        load.round_speedups(task_rounds[task_rounds.method.isin(["plain", own_draft])], ["task"], "decode tokens/s")
+        .groupby(["method", "round"], sort=False).speedup.mean().reset_index(), []).iloc[0]
     print(f"the model as its own draft: acceptance rate {own['acceptance rate'].min():.2f} at the least; "
-          f"predicted with c = 1, (k + 1) / (k + v(k + 1)) = {(k + 1) / (k + verify_cost(k + 1)):.2f}; "
-          f"measured, per task: {own.speedup.min():.2f} to {own.speedup.max():.2f} (median of the rounds)")
+          f"predicted with c = 1, (k + 1) / (v(k + 2) + k - 1 + v(k + 1)) = "
+          f"{(k + 1) / (k * draft_step + verification):.2f}; measured, mean over the tasks: "
+          f"{own_mean.speedup:.2f} (rounds {own_mean.lowest:.2f} to {own_mean.highest:.2f}): "
+          f"{load.spread_verdict(own_mean.lowest, own_mean.highest, rounds)}")
 else:
     print(f"no model as its own draft: profile {prof.name} drafts with {prof.draft_model}")
 
@@ -794,7 +814,7 @@ sweep_fit.round(2)
 curves = []
 for name, got in answers.items():
     fit = got.counts.iid_fit()
-    verdict = ("no test (too few drafts)" if fit.test is None
+    verdict = ("no test (too few kinds of outcome)" if fit.test is None
                else "rejected" if fit.test.rejects(0.01) else "not rejected")
     for i, s in enumerate(got.counts.survival()):
         curves.append({"method": name, "position": i + 1, "survival": s, "i.i.d. fit": fit.alpha ** (i + 1),
@@ -822,8 +842,11 @@ survival.groupby("method", sort=False)[["drafts", "every draft had k tokens", "a
 # Prompt lookup need not behave like the i.i.d. model: once the answer is copying, it keeps
 # copying, so a draft whose first token is accepted usually gets the rest accepted too, and its
 # survival curve tends to flatten where the fitted α^(i+1) keeps falling. The table says whether the
-# chi-square test finds the difference significant for this many drafts, and where there are too
-# few drafts (or too few kinds of outcome) for a test at all. The i.i.d. fit assumes every draft
+# chi-square test finds the difference significant for this many drafts, and "no test" where too
+# few kinds of outcome are left to test (accepted lengths pooled until each is expected often
+# enough, say every draft accepted in full, or none): a test needs a degree of freedom left after
+# the total and the fitted α (`TooFewCells` in `servelab/sim/speculative/chisquare.py`). The
+# i.i.d. fit assumes every draft
 # had k tokens, which the column before it checks: where it is False (prompt lookup can propose
 # fewer), the fitted α is an approximation.
 # :::
@@ -902,8 +925,8 @@ ran.drop(columns=["engine", "replayed"], errors="ignore")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(not cut_drafts or all(depths.target_agrees) or not exact_expected(prof.dtype),
-      not cut_drafts or bool(ran["agree (one per answer)"].all()))
+print(*((all(depths.target_agrees) or not exact_expected(prof.dtype), bool(ran["agree (one per answer)"].all()))
+        if cut_drafts else ("skipped", "skipped")))  # no cut drafts (a profile with its own draft): nothing to test
 
 # %% [markdown]
 # The shallow cut with the best predicted speedup, at the k that suits it:
@@ -913,7 +936,8 @@ print(not cut_drafts or all(depths.target_agrees) or not exact_expected(prof.dty
 # answered (claimed in float32 only). The second: for every depth that ran live, the engine's
 # number of verifications and its accepted count at each draft position are the replayed ones,
 # give or take one per answer (the replay leaves out an answer's last verification where the
-# answer's end cut it). The shallow cut (fewer layers than the model) with the best predicted
+# answer's end cut it). On a profile that drafts with its own draft model there are no cut drafts,
+# and both print "skipped". The shallow cut (fewer layers than the model) with the best predicted
 # speedup, at the k that suits it; if even that is below 1, no cut pays on this machine, and the
 # least harmful one is simply the cheapest:
 # :::
@@ -934,8 +958,8 @@ best_shallow
 # trained for it: a small model of the same family, or a head trained on the target's hidden
 # states (EAGLE-3).
 #
-# The articles' pair, Qwen2.5-0.5B for Qwen2.5-72B, is of the first kind, and does not work in vLLM as
-# it stands: their vocabulary sizes differ.
+# The articles' pair, Qwen2.5-0.5B for Qwen2.5-72B, is of the first kind, and does not work with
+# vLLM's defaults: their vocabulary sizes differ (a switch lets it run, with greedy drafting only).
 #
 # :::{dropdown} How we know: the articles' pair and the GPU profiles
 # The articles' pair is of the first kind. Their words (the Japanese, German, Korean and Spanish
@@ -943,7 +967,7 @@ best_shallow
 # Token-Kandidaten vor, die in einem einzigen Durchlauf vom primären Target Model (z. B.
 # Qwen2.5-72B) verifiziert werden" (source article 001, section 2). This chapter's GPU runs use
 # Qwen2.5-7B as the target instead, which fits the 24 GB the smallest GPU profile has. Either way
-# the pair does not work in vLLM as it stands: the small Qwen2.5 models pad their vocabulary to
+# the pair does not work with vLLM's defaults: the small Qwen2.5 models pad their vocabulary to
 # fewer rows than the large ones (`config.json`, `vocab_size`), and vLLM's `draft_model` refuses
 # different vocabulary sizes unless `use_heterogeneous_vocab` is set, which in turn works only with
 # greedy drafting (`draft_sample_method = "greedy"`, the default; `vllm/config/speculative.py`).

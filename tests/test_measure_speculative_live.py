@@ -252,12 +252,14 @@ def test_gpu_runs_only_where_there_is_a_gpu():
 
 def test_the_warm_up_sends_a_rounds_requests_once_untimed(monkeypatch):
     sent = []
-    monkeypatch.setattr(live, "chat_response", lambda server, prompt, max_tokens: sent.append(("task", prompt,
-                                                                                                 max_tokens)))
+    monkeypatch.setattr(live, "chat_response", lambda server, prompt, max_tokens, **kw: sent.append(
+        ("task", prompt, max_tokens, kw)))
     monkeypatch.setattr(live, "run_load", lambda server, prompts, **kw: sent.append(
         ("wave", list(prompts), kw["concurrency"], kw["max_tokens"], kw["extra_body"])))
     live.warm_up("server", {"a": "A?", "b": "B?"}, 48, ["S?"], 2, 26)
-    assert sent == [("task", "A?", 48), ("task", "B?", 48), ("wave", ["S?", "S?"], 2, 26, {"min_tokens": 26})]
+    asked = {"logprobs": True, "top_logprobs": live.CANDIDATES, "extra_body": {"return_token_ids": True}}
+    assert sent == [("task", "A?", 48, asked), ("task", "B?", 48, asked),
+                    ("wave", ["S?", "S?"], 2, 26, {"min_tokens": 26})]  # the tasks asked as answer_tasks asks them
     with pytest.raises(ValueError, match="concurrency"):
         live.warm_up("server", {}, 48, ["S?"], 0, 26)
 

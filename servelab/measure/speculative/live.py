@@ -124,7 +124,8 @@ def warm_up(server: Endpoint, tasks: Mapping[str, str], task_tokens: int, sweep_
     sweep's smallest). The first requests a server answers pay for work done once (compiling, allocating,
     filling the prefix cache), which would otherwise fall on its first timed round alone."""
     for prompt in tasks.values():
-        chat_response(server, prompt, max_tokens=int_at_least("task_tokens", task_tokens, 1))
+        chat_response(server, prompt, max_tokens=int_at_least("task_tokens", task_tokens, 1), logprobs=True,
+                      top_logprobs=CANDIDATES, extra_body={"return_token_ids": True})  # as answer_tasks asks
     wave(server, sweep_prompts, concurrency, sweep_tokens)
 
 

@@ -77,7 +77,7 @@ class IidFit:
     alpha: float
     observed: np.ndarray  # drafts with L = 0..k accepted
     expected: np.ndarray  # the same under the fitted i.i.d. model
-    test: GofResult | None  # None when too few drafts for a test
+    test: GofResult | None  # None when too few kinds of outcome (cells after pooling) are left for a test
 
 
 def iid_fit(accepted_per_pos: list[float] | np.ndarray, drafts: float) -> IidFit:
