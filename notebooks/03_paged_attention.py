@@ -331,13 +331,16 @@ print(num_blocks == kv_tokens // block_size)
 
 # %% [markdown]
 # Next, `pressure_requests` requests of different lengths are sent at once; at full length they
-# need `pressure_overfill` times the budget. Reserving the model's maximum length per request,
-# this budget would hold only a couple of them; reserving exactly what each needs, a few more.
-# vLLM admits requests while it has blocks for their prompts, and when a running request later
+# need `pressure_overfill` times the budget. vLLM admits requests while it has blocks for their prompts, and when a running request later
 # needs a block that is not there, it preempts the most recently admitted one. A sampler reads
 # the engine's gauges (live values such as the number of requests running).
 #
 # :::{dropdown} How we know: how the pressure run is built
+# Reserving the model's maximum length per request, this budget would hold only a couple of them;
+# reserving exactly what each needs, a few more (the numbers are printed below, as requests that
+# would run at once; vLLM's time-averaged number running is a different kind of figure, since its
+# requests end at different times).
+#
 # Next, `pressure_requests` requests are sent at once, each with a prompt of about
 # `pressure_prompt_words` words, asking for answers long enough that, at full length, they
 # need `pressure_overfill` times the budget. The answer lengths rise evenly from `1 - pressure_spread`
@@ -613,11 +616,9 @@ plt.show()
 
 # %% [markdown]
 # Compare the columns rather than the clocks. The eviction rows (an eviction is a preemption or a
-# retraction) say whether each engine ran out of KV. On vLLM each
-# request holds whole blocks, up to a block's worth of empty slots. SGLang holds exactly the
-# tokens it stores, shares the chat template's common beginning (the text every chat prompt
-# starts with), and reserves a newcomer's whole answer, so the same budget carries it further.
-# Either way an evicted request pays for it later in latency.
+# retraction) say whether each engine ran out of KV. vLLM's requests hold whole blocks, up to a
+# block of empty slots each; SGLang holds exactly the tokens it stores and admits a request only
+# if its answer fits too, so it runs out later.
 #
 # :::{dropdown} How we know: clocks, shared prefixes and SGLang's gauges
 # Compare the columns rather than the clocks: on the cpu profile SGLang runs a pure-PyTorch
@@ -772,10 +773,13 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # ## Both engines' own record
 #
 # Both engines can publish every KV block or page they store and evict. A recorder of ours
-# listened while each engine served four requests, one at a time, each generating
-# a fixed number of tokens: a document A whose answer fills a block while it decodes, A with that
-# answer and a question, then two documents that together overflow the budget. Drag the slider:
-# vLLM's pool left, SGLang's tree right, each step's engine events below.
+# listened while each served four requests, one at a time, each generating a fixed number of
+# tokens: a document A whose answer fills a block while it decodes, A with that answer and a
+# question, then two documents, the second too large to fit beside what the others left cached.
+# The events name blocks only by a hash of their tokens, so the picture draws our own caches
+# replayed on the same tokens, checked against the engines' events. Drag the slider: vLLM's pool
+# left (blocks by hash), SGLang's tree right (nodes by their first token ids), each step's engine
+# events below.
 #
 # :::{dropdown} How we know: the recording, and the referee behind the picture
 # Both servers were started with `--kv-events-config`, pointing at a port on 127.0.0.1 where our
@@ -786,15 +790,19 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # (`servelab/measure/kv_events/paging_replay.py`) compares what each engine stored and removed,
 # request by request, with what our cache did, and the check below prints True only where all agree.
 #
-# What the engines do, read in the installed sources and seen in the traces. vLLM stores a block
-# in the step that computes its last token (`allocate_slots` in `vllm/v1/core/kv_cache_manager.py`,
-# `cache_full_blocks` in `vllm/v1/core/block_pool.py`), prompt and output alike; the last generated
-# token's KV is never computed, so it fills nothing. A finished request's blocks stay cached in the
-# free queue, tail first, until a new request takes them. SGLang stores a request in its tree when
-# it finishes: the prompt and every generated token whose KV was computed (`release_kv_cache` in
-# `sglang/srt/mem_cache/common.py`), splitting the node where the prompt ends, so eviction drops a
-# request's answer before its prompt. The recording ran after the pressure runs, on the same servers,
-# from an emptied cache; the events published before it are counted but not saved.
+# What the engines do, read in the installed sources and seen in the traces. vLLM, on this CPU
+# build, stores a block in the step that computes its last token (`allocate_slots` in
+# `vllm/v1/core/kv_cache_manager.py`, `cache_full_blocks` in `vllm/v1/core/block_pool.py`), prompt
+# and output alike (with asynchronous scheduling, on by default on GPUs, one step later); the last
+# generated token's KV is never computed, so it fills nothing. A finished request's blocks stay
+# cached in the free queue, tail first, until a new request takes them. SGLang puts a request's
+# prompt into its tree once it is prefilled (`checkpoint_kv_cache` in
+# `sglang/srt/mem_cache/common.py`, called from `batch_result_processor.py`; the server's
+# `UnifiedRadixCache.checkpoint_into_tree`) and its generated tokens whose KV was computed when it
+# finishes (`release_kv_cache`); the answer hangs below the prompt as a leaf, so eviction drops it
+# before the prompt. The recording ran after the pressure runs, on the same servers, from an emptied
+# cache; the events published before it are counted but not saved. The referee compares what was
+# stored and removed per request, not exactly when within it.
 # :::
 
 # %%
@@ -813,9 +821,9 @@ print(vllm_referee.agree, sglang_referee.agree, (table["vllm"].engine_stored > 0
       table["vllm"].engine_removed.iloc[-1] > 0, table["sglang"].engine_removed.iloc[-1] > 0)
 
 # %% [markdown]
-# vLLM stored each block the moment a step filled it, answers included, and kept it cached after
-# the request ended, until the last document needed the room. SGLang stored each request whole
-# when it finished. Our caches, replayed, did exactly what the engines reported.
+# vLLM stored each block once a step filled it, answers included, and kept it cached after the
+# request ended, until the last document needed the room. SGLang stored each prompt once prefilled
+# and its answer at the end. Our replayed caches stored and evicted what the engines reported.
 #
 # ## Block size on the engine
 #
