@@ -331,7 +331,8 @@ print(num_blocks == kv_tokens // block_size)
 
 # %% [markdown]
 # Next, `pressure_requests` requests of different lengths are sent at once; at full length they
-# need `pressure_overfill` times the budget. vLLM admits requests while it has blocks for their prompts, and when a running request later
+# need `pressure_overfill` times the budget. vLLM admits requests while it has blocks for their
+# prompts, and when a running request later
 # needs a block that is not there, it preempts the most recently admitted one. A sampler reads
 # the engine's gauges (live values such as the number of requests running).
 #
@@ -788,7 +789,8 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # name blocks by hash, not by position, so the picture draws our own caches replayed on the same
 # tokens, prompts and generated tokens alike, with each engine's events beside them; a referee
 # (`servelab/measure/kv_events/paging_replay.py`) compares what each engine stored and removed,
-# request by request, with what our cache did, and the check below prints True only where all agree.
+# request by request, with what our cache did, and the check below prints True only where all agree
+# (a hit the engine did not report, or SGLang pages of more than one token, count as disagreement).
 #
 # What the engines do, read in the installed sources and seen in the traces. vLLM, on this CPU
 # build, stores a block in the step that computes its last token (`allocate_slots` in
@@ -802,7 +804,8 @@ print(forced.counted >= 1, forced.logged == forced.counted, len(forced_pauses) <
 # finishes (`release_kv_cache`); the answer hangs below the prompt as a leaf, so eviction drops it
 # before the prompt. The recording ran after the pressure runs, on the same servers, from an emptied
 # cache; the events published before it are counted but not saved. The referee compares what was
-# stored and removed per request, not exactly when within it.
+# stored and removed per request, not exactly when within it; the picture places SGLang's stores by
+# their pages: the prompt's when the request is admitted, the answer's when it finishes.
 # :::
 
 # %%

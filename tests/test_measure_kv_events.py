@@ -321,8 +321,35 @@ def test_paging_frames_show_blocks_filled_while_decoding():
     admitted = steps[1]["vllm"]  # request 0 admitted: its prompt's 2 blocks stored, not yet the output's
     assert len(admitted["events"]) == 2 and [b["state"] for b in admitted["blocks"]].count("used") == 2
     assert decoding[0]["sglang"]["events"] == [] and any(n["state"] == "locked" for n in decoding[1]["sglang"]["nodes"])
+    # SGLang checkpoints the prompt right after the prefill (checkpoint_kv_cache) and adds the outputs at the finish
+    assert steps[1]["sglang"]["events"] == ["stored " + steps[1]["sglang"]["events"][0].split()[1] + " (256 tokens)"]
+    assert [n["state"] for n in steps[1]["sglang"]["nodes"]] == ["locked"]
+    assert steps[3]["phase"] == "finished" and steps[3]["sglang"]["events"][0].endswith("128 tokens)")
     assert steps[-1]["phase"] == "finished" and any(e.startswith("removed") for s in steps[-3:]
                                                     for e in s["vllm"]["events"])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_referees_refuse_a_missing_hit_report(engine):
+    from servelab.measure.kv_events.paging_replay import replay_paging
+
+    unreported = saved_decode(engine)
+    unreported.requests[1]["cached_tokens"] = None
+    verdict = replay_paging(unreported)
+    assert not verdict.agree and "did not report" in verdict.table.note[2]
+    unreported = saved(engine)
+    unreported.requests[2]["cached_tokens"] = None
+    assert not replay(unreported).agree
+
+
+def test_the_referees_refuse_sglang_pages_of_more_than_one_token():
+    from servelab.measure.kv_events.paging_replay import replay_paging
+
+    for trace, referee in ((saved_decode("sglang"), replay_paging), (saved("sglang"), replay)):
+        trace.capacity["block_size"] = 64
+        verdict = referee(trace)
+        assert not verdict.agree
+        assert verdict.problems[0] == "SGLang served pages of 64 tokens; this referee models pages of 1"
 
 
 def record_saved_decode_trace(engine: str) -> Path:
@@ -376,3 +403,17 @@ def test_a_chapter_saves_each_recording_with_its_referee_and_gets_the_figure(tmp
             "kv_test_vllm.meta.json"} <= set(saved_files)
     kv_event_recording.print_referees(*(r for _, r in recordings.values()))
     assert "not compared:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_message_lost_before_a_flushed_window_is_told_not_failed_and_inside_it_fails(engine):
+    early = saved(engine)
+    before = [{**early.messages[0], "seq": seq, "ts": early.begin - 10.0 + seq, "events": []} for seq in (0, 1)]
+    early.messages = [*before, *[{**m, "seq": m["seq"] + 2} for m in early.messages]]
+    del early.messages[0]  # the subscriber never got seq 0, sent before the window; seq 1 came, before it too
+    verdict = replay(early)
+    assert verdict.agree and any("were not received" in d for d in verdict.differences)
+    late = saved(engine)
+    late.messages = [{**m, "seq": m["seq"] + 1} for m in late.messages]  # seq 0 missing, and it was in the window
+    late.messages[0]["ts"] = max(late.messages[0]["ts"], late.begin)
+    assert any("were not received" in p for p in replay(late).problems)

@@ -11,13 +11,15 @@ KV exist at the end, on both engines.
   ``request.num_tokens``; ``cache_full_blocks`` in ``vllm/v1/core/block_pool.py``). A decode step is
   ``BlockHashCache.append`` of one output; a new block comes from the front of the free queue, evicting the hash it
   held. The block the last output would open is never allocated. ``free`` gives every block back, tail first.
-* SGLang: the prompt is matched and locked as in ``sims.SglangSim``; the prefill allocates the unmatched prompt and
-  each decode step one token, evicting least recently used leaves for the shortfall beyond the free pool
-  (``evict_to_free_tokens`` in ``sglang/srt/mem_cache/allocator/base.py``). At the end ``release_kv_cache``
-  (``sglang/srt/mem_cache/common.py``) inserts the committed KV, ``owned_kv_len`` = ``kv_committed_len``: the prompt
-  and the first ``N - 1`` outputs, then re-inserts the prompt, which splits the new leaf at the prompt's end
-  (``_insert_cache`` with ``split_prompt`` in ``sglang/srt/mem_cache/radix_cache.py``): eviction drops a request's
-  outputs before its prompt.
+* SGLang: the prompt is matched and locked as in ``sims.SglangSim``; the prefill allocates the unmatched prompt,
+  evicting least recently used leaves for the shortfall beyond the free pool (``evict_to_free_tokens`` in
+  ``sglang/srt/mem_cache/allocator/base.py``). A request not finished by its prefill is checkpointed
+  (``checkpoint_kv_cache`` in ``sglang/srt/mem_cache/common.py``, called from
+  ``managers/scheduler_components/batch_result_processor.py``): ``UnifiedRadixCache.checkpoint_into_tree`` inserts
+  the prompt and moves the request's lock onto the node the insert ended on, so the prompt is stored right after
+  the prefill and stays locked while the request decodes. Each decode step allocates one token, evicting as above.
+  At the end ``release_kv_cache`` inserts the committed KV, the prompt and the first ``N - 1`` outputs: the outputs
+  become a leaf below the prompt's node, so eviction drops a request's outputs before its prompt.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class DecodeOp(Op):
 
     output_tokens: int = 0
     decoding: list[Decoding] = field(default_factory=list)
+    prefill_stored: list[str] = field(default_factory=list)  # of ``stored``, those stored right after the prefill
 
 
 def figure_steps(prompt_tokens: int, output_tokens: int, block_tokens: int) -> list[tuple[int, int]]:
@@ -101,31 +104,38 @@ class SglangDecodeSim(SglangSim):
             after = set(self.page_keys())
             op.removed += [k for k in before if k not in after]
 
+    def _insert(self, tokens: Sequence[int]) -> tuple[Any, list[str]]:
+        """Insert ``tokens`` cut to whole pages; the node the insert ended on and the page keys it added."""
+        before = set(self.page_keys())
+        node = self.tree.insert(tokens[: len(tokens) // self.unit_tokens * self.unit_tokens]).node
+        return node, [k for k in self.page_keys() if k not in before]
+
     def decode(self, request: str, prompt: Sequence[int], output: Sequence[int], block_tokens: int) -> DecodeOp:
         match = self.tree.match_prefix(prompt[:-1])
         op = DecodeOp(request, len(prompt), match.length, output_tokens=len(output))
         self.tree.inc_lock_ref(match.node)
         nodes_before = self.nodes()
-        held = len(prompt) - match.length  # the request's KV outside the tree
-        self._evict(held - (self.capacity - self.tree.total_tokens), op)
+        self._evict(len(prompt) - match.length - (self.capacity - self.tree.total_tokens), op)
         alive = {n["id"] for n in self.nodes()}
-        op.admitted = self.nodes([n for n in nodes_before if n["id"] not in alive])
+        gone = [n for n in nodes_before if n["id"] not in alive]
+        locked = match.node
+        if len(output) > 1:  # not finished by its prefill: checkpoint_kv_cache stores the prompt, the lock moves
+            locked, op.prefill_stored = self._insert(prompt)
+            self.tree.inc_lock_ref(locked)
+            self.tree.dec_lock_ref(match.node)
+            op.stored += op.prefill_stored
+        op.admitted = self.nodes(gone)
         marks = dict(figure_steps(len(prompt), len(output), block_tokens))
+        held = 0 if len(output) > 1 else len(prompt) - match.length  # the request's KV outside the tree
         for j in range(1, len(output)):
             held += 1
             removed = len(op.removed)
             self._evict(held - (self.capacity - self.tree.total_tokens), op)
             if j in marks:
                 op.decoding.append(Decoding(j, marks[j], removed=op.removed[removed:], state=self.nodes()))
-        committed = [*prompt, *output[:-1]]
-        before = set(self.page_keys())
-        key = committed[: len(committed) // self.unit_tokens * self.unit_tokens]
-        self.tree.insert(key)
-        prompt_key = prompt[: len(prompt) // self.unit_tokens * self.unit_tokens]
-        if 0 < len(prompt_key) < len(key):  # split at the prompt: eviction can drop the outputs alone
-            self.tree.insert(prompt_key)
-        self.tree.dec_lock_ref(match.node)
-        op.stored = [k for k in self.page_keys() if k not in before]
+        _, added = self._insert([*prompt, *output[:-1]])  # release_kv_cache: the committed KV
+        self.tree.dec_lock_ref(locked)
+        op.stored += added
         op.finished = self.nodes()
         return op
 

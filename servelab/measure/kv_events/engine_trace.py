@@ -32,8 +32,8 @@ BEFORE, START = "before", "start"
 @dataclass
 class Window:
     """The engine's events between two marks: ``stored`` and ``removed`` content keys (None: unknown), with the
-    engine's hashes beside them, ``cleared`` (AllBlocksCleared), and one line of text per event (``texts``:
-    (event type, words))."""
+    engine's hashes beside them, ``cleared`` (AllBlocksCleared), one line of text per event (``texts``:
+    (event type, words)) and, beside each text, the content keys it covers (``units``)."""
 
     name: str
     stored: list[str | None] = field(default_factory=list)
@@ -42,6 +42,7 @@ class Window:
     removed_hashes: list[str] = field(default_factory=list)
     cleared: int = 0
     texts: list[tuple[str, str]] = field(default_factory=list)
+    units: list[list[str | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class EngineSide:
     windows: dict[str, Window]
     hash_of: dict[str, str]
     problems: list[str]
+    lost_before: int = 0  # messages sent before the window that the subscriber never received
 
 
 def _window_of(trace: Trace, ts: float) -> str:
@@ -87,10 +89,12 @@ def _store(event: dict[str, Any], win: Window, keys: dict[str, str], hash_of: di
         if engine == "vllm":
             via = f"parent {short_hash(prev)}, " if prev is not None else ""
             win.texts.append(("BlockStored", f"stored {short_hash(h)} ({via}{size} tokens)"))
+            win.units.append([key])
         prev = h
     if engine != "vllm" and hashes:
         via = f"parent {short_hash(parent)}, " if parent is not None else ""
         win.texts.append(("BlockStored", f"stored {_span(hashes)} ({via}{len(tokens)} tokens)"))
+        win.units.append(win.stored[-len(hashes):])
 
 
 def read(trace: Trace) -> EngineSide:
@@ -105,7 +109,11 @@ def read(trace: Trace) -> EngineSide:
     seqs = [m["seq"] for m in messages]
     if seqs and seqs != list(range(seqs[0], seqs[0] + len(seqs))):
         problems.append(f"sequence numbers {seqs[0]}..{seqs[-1]} have gaps: {len(seqs)} messages received")
-    if seqs and seqs[0] != 0:
+    # A subscriber can miss what a publisher sent before their connection was up. Before a recording window that
+    # opened with a flush, that changes nothing the referee compares (the flush must then be seen, see `replay`);
+    # anywhere else it is a problem.
+    lost_before = seqs[0] if seqs and seqs[0] != 0 and trace.flushed and messages[0]["ts"] < trace.begin else 0
+    if seqs and seqs[0] != 0 and not lost_before:
         problems.append(f"the first {seqs[0]} messages were not received")
     for message in messages:
         win = windows[_window_of(trace, message["ts"])]
@@ -115,19 +123,23 @@ def read(trace: Trace) -> EngineSide:
                 _store(event, win, keys, hash_of, trace.engine, unit, problems)
             elif kind == "BlockRemoved":
                 hashes = event["block_hashes"]
-                win.removed += [keys.get(h) for h in hashes]
+                removed = [keys.get(h) for h in hashes]
+                win.removed += removed
                 win.removed_hashes += hashes
                 if trace.engine == "vllm":
                     win.texts += [("BlockRemoved", f"removed {short_hash(h)}") for h in hashes]
+                    win.units += [[key] for key in removed]
                 elif hashes:
                     win.texts.append(("BlockRemoved", f"removed {_span(hashes)} ({len(hashes) * unit} tokens)"))
+                    win.units.append(removed)
             elif kind == "AllBlocksCleared":
                 win.cleared += 1
                 win.texts.append((kind, "cleared"))
+                win.units.append([])
             else:
                 problems.append(f"{win.name}: an event of unknown type {kind!r}")
     _flush_to_start(trace, windows)
-    return EngineSide(windows, hash_of, problems)
+    return EngineSide(windows, hash_of, problems, lost_before)
 
 
 def _flush_to_start(trace: Trace, windows: dict[str, Window]) -> None:
@@ -141,3 +153,4 @@ def _flush_to_start(trace: Trace, windows: dict[str, Window]) -> None:
         first.cleared -= 1
         windows[START].cleared += 1
         windows[START].texts.append(first.texts.pop(0))
+        windows[START].units.append(first.units.pop(0))

@@ -11,7 +11,8 @@ The contract (``servelab/book/kv_event_figure.py`` draws it), JSON-able::
 ``blocks`` and ``nodes`` are the simulator's cache, replayed (the referee shows it agrees with the engine);
 ``events`` are the engine's own events of that step, hashes cut to their first 6 hex digits (the engine's hash of
 a block the simulator holds is the one the engine published for the same content). An engine's events of a
-request go to the phase in which the engine emits them (``replay.PHASE``). Words are few and plain English: the
+request go to the phase in which the engine emits them (``replay.PHASE``; for requests that decode, the steps
+``paging_replay`` places them in). Words are few and plain English: the
 caller translates captions and event words.
 """
 

@@ -23,12 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servelab.engines.server import Server
-from servelab.measure.chapter_servers import VLLM_BLOCK_SIZE
 from servelab.measure.kv_events.decode_send import generate
 from servelab.measure.kv_events.paging_replay import replay_paging
 from servelab.measure.kv_events.record import Recorder, Trace, recording
 from servelab.measure.kv_events.replay import Replay
-from servelab.measure.kv_events.workload import TOKEN_RANGE
+from servelab.measure.kv_events.workload import TOKEN_RANGE, workload_block
 from servelab.measure.kv_memory.capacity import engine_capacity
 
 A_BLOCKS = 2  # document A's whole blocks
@@ -98,7 +97,8 @@ def record_paging_workload(server: Server, recorder: Recorder, requests: PagingW
     return session.trace
 
 
-def record_paging(server: Server, recorder: Recorder, *, seed: int = 0) -> tuple[Trace, Replay]:
+def record_paging(server: Server, recorder: Recorder, *, seed: int = 0,
+                  block: int | None = None) -> tuple[Trace, Replay]:
     """Chapter 03's paging story on one engine: the workload sized for the server's KV budget, recorded from an
     emptied cache, and refereed (:func:`replay_paging`). Start the recorder before the server::
 
@@ -106,10 +106,12 @@ def record_paging(server: Server, recorder: Recorder, *, seed: int = 0) -> tuple
             trace, verdict = record_paging(server, recorder)
 
     (vLLM needs ``cache_options("vllm")`` for the flush, SGLang ``cache_options("sglang")`` to report its hits.)
-    Both engines get the same prompts for the same budget: the pool is counted in vLLM blocks.
+    Both engines get the same prompts for the same budget: the pool is counted in vLLM blocks, vLLM's as its server
+    reports them (``block``: see :func:`workload_block`).
     """
-    block = VLLM_BLOCK_SIZE[server.profile.device]
-    usable = engine_capacity(server)["tokens"] // block - 1  # vLLM's usable blocks: its null block left out
+    capacity = engine_capacity(server)
+    block = workload_block(server, capacity, block)
+    usable = capacity["tokens"] // block - 1  # vLLM's usable blocks: its null block left out
     requests = paging_workload(usable, block, server.profile.max_model_len, seed=seed)
     trace = record_paging_workload(server, recorder, requests)
     return trace, replay_paging(trace)

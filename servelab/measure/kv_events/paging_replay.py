@@ -5,8 +5,9 @@ The comparison is ``replay``'s: per request the units stored and removed, by con
 engine reported. The steps are those of ``replay`` with one more between admitted and finished for every decode
 step that completes a vLLM block (``phase`` "decoding", caption "request 0 decoding: block 2 full"), on both
 engines so that ``frames`` can set them side by side. A vLLM event goes to the decode step whose block it stores
-or whose hash it evicts, else to the admission; SGLang's to the phase ``replay.PHASE`` gives it (it stores nothing
-before the request finishes).
+or whose hash it evicts, else to the admission. An SGLang event goes by content too: a store of prompt pages to the
+admission (the checkpoint right after the prefill), any other store to the finish (``release_kv_cache`` adds the
+outputs), a removal to the decode step that evicted those pages, else to the admission.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pandas as pd
 from servelab.measure.kv_events.decode_sims import DecodeOp, decode_simulator
 from servelab.measure.kv_events.engine_trace import BEFORE, START, Window, read
 from servelab.measure.kv_events.record import Trace
-from servelab.measure.kv_events.replay import PHASE, Replay, _empty_state, _row
+from servelab.measure.kv_events.replay import PHASE, Replay, _empty_state, _row, page_problems
 
 DIFFERENCES = {
     "vllm": [
@@ -32,7 +33,8 @@ DIFFERENCES = {
         "SGLang's Python trees, so the trace is what shows they agree.",
         "Nodes are not compared: a node split emits no event, so pages are compared, each named by its content.",
         "Only requests sent one at a time are modelled; the outputs are the engine's own.",
-        "SGLang stores a request's pages only when it finishes (release_kv_cache): its decoding steps show no store.",
+        "SGLang stores a request's prompt right after its prefill (checkpoint_kv_cache) and its outputs when it "
+        "finishes (release_kv_cache): its decoding steps show no store.",
     ],
 }
 
@@ -56,10 +58,17 @@ def _vllm_events(win: Window, op: DecodeOp) -> dict[str, list[str]]:
     return out
 
 
-def _sglang_events(win: Window) -> dict[str, list[str]]:
+def _sglang_events(win: Window, op: DecodeOp) -> dict[str, list[str]]:
+    """The window's SGLang events by step, placed by the pages they cover (``units``): see the module's text."""
+    prefill = set(op.prefill_stored)
     out: dict[str, list[str]] = {}
-    for kind, text in win.texts:
-        out.setdefault(PHASE["sglang"].get(kind, "admitted"), []).append(text)
+    for (kind, text), keys in zip(win.texts, win.units, strict=True):
+        phase = "admitted"
+        if kind == "BlockStored" and not (keys and all(k in prefill for k in keys)):
+            phase = "finished"
+        elif kind == "BlockRemoved" and keys:
+            phase = next((f"decoding {s.output}" for s in op.decoding if all(k in s.removed for k in keys)), phase)
+        out.setdefault(phase, []).append(text)
     return out
 
 
@@ -80,7 +89,7 @@ def replay_paging(trace: Trace | dict[str, Any]) -> Replay:
     trace = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
     side = read(trace)
     sim = decode_simulator(trace.engine, trace.capacity)
-    problems = list(side.problems)
+    problems = [*page_problems(trace), *side.problems]
     start = side.windows[START]
     if trace.flushed and start.cleared != 1:
         problems.append(f"the flush before the first request gave {start.cleared} AllBlocksCleared, not 1")
@@ -94,10 +103,13 @@ def replay_paging(trace: Trace | dict[str, Any]) -> Replay:
         win = side.windows[mark["request"]]
         rows.append({**_row(mark["request"], win, op, mark.get("cached_tokens"), side),
                      "output_tokens": op.output_tokens})
-        events = _vllm_events(win, op) if trace.engine == "vllm" else _sglang_events(win)
+        events = _vllm_events(win, op) if trace.engine == "vllm" else _sglang_events(win, op)
         steps += _steps(index, op, events)
     differences = list(DIFFERENCES[trace.engine])
     if side.windows[BEFORE].texts:
         differences.append(f"{len(side.windows[BEFORE].texts)} events before the recording window are not replayed.")
+    if side.lost_before:
+        differences.append(f"The first {side.lost_before} message(s), sent before the recording connected, were not "
+                           "received; the flush that opened the window makes them irrelevant.")
     table = pd.DataFrame(rows).astype({"engine_hit": "Int64", "sim_hit": "Int64"})
     return Replay(trace.engine, sim.unit, sim.unit_tokens, table, problems, differences, steps, side.hash_of)

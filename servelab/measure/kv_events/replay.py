@@ -79,10 +79,11 @@ def _row(name: str, win: Window, op: Op | None, reported: int | None, side: Engi
     sim_stored, sim_removed = (op.stored, op.removed) if op else ([], [])
     stored_ok = Counter(win.stored) == Counter(sim_stored)
     removed_ok = Counter(win.removed) == Counter(sim_removed)
-    hit_ok = op is None or reported is None or reported == op.hit_tokens
+    hit_ok = op is None or reported == op.hit_tokens  # a hit the engine did not report is not a match
     notes = [f"stored: {_diff(win.stored, sim_stored, side.hash_of)}" if not stored_ok else "",
              f"removed: {_diff(win.removed, sim_removed, side.hash_of)}" if not removed_ok else "",
-             f"hit: engine {reported}, simulator {op.hit_tokens}" if not hit_ok and op else "",
+             (f"hit: engine {reported}, simulator {op.hit_tokens}" if reported is not None else
+              "hit: the engine did not report its cached tokens") if not hit_ok and op else "",
              f"{win.cleared} AllBlocksCleared inside the request" if op and win.cleared else ""]
     return {"request": name, "prompt_tokens": op.prompt_tokens if op else 0,
             "engine_hit": reported, "sim_hit": op.hit_tokens if op else None,
@@ -90,6 +91,14 @@ def _row(name: str, win: Window, op: Op | None, reported: int | None, side: Engi
             "engine_removed": len(win.removed), "sim_removed": len(sim_removed),
             "match": stored_ok and removed_ok and hit_ok and not (op and win.cleared),
             "note": "; ".join(n for n in notes if n)}
+
+
+def page_problems(trace: Trace) -> list[str]:
+    """What the simulators cannot model in ``trace``'s server: SGLang pages of more than one token."""
+    page = trace.capacity["block_size"]
+    if trace.engine == "sglang" and page != 1:
+        return [f"SGLang served pages of {page} tokens; this referee models pages of 1"]
+    return []
 
 
 def _events(engine: str, win: Window, phase: str) -> list[str]:
@@ -106,7 +115,7 @@ def replay(trace: Trace | dict[str, Any]) -> Replay:
     trace = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
     side = read(trace)
     sim = simulator(trace.engine, trace.capacity)
-    problems = list(side.problems)
+    problems = [*page_problems(trace), *side.problems]
     start = side.windows[START]
     if trace.flushed and start.cleared != 1:
         problems.append(f"the flush before the first request gave {start.cleared} AllBlocksCleared, not 1")
@@ -124,5 +133,8 @@ def replay(trace: Trace | dict[str, Any]) -> Replay:
     differences = list(DIFFERENCES[trace.engine])
     if before.texts:
         differences.append(f"{len(before.texts)} events before the recording window are not replayed.")
+    if side.lost_before:
+        differences.append(f"The first {side.lost_before} message(s), sent before the recording connected, were not "
+                           "received; the flush that opened the window makes them irrelevant.")
     table = pd.DataFrame(rows).astype({"engine_hit": "Int64", "sim_hit": "Int64"})
     return Replay(trace.engine, sim.unit, sim.unit_tokens, table, problems, differences, steps, side.hash_of)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from servelab.engines.server import Server
 from servelab.measure.chapter_servers import VLLM_BLOCK_SIZE
@@ -81,16 +82,28 @@ def record_workload(server: Server, recorder: Recorder, requests: Workload, *, f
     return session.trace
 
 
-def record_eviction(server: Server, recorder: Recorder, *, seed: int = 0) -> tuple[Trace, Replay]:
+def workload_block(server: Server, capacity: dict[str, Any], block: int | None = None) -> int:
+    """The block a workload is sized in: ``block`` when given, else the block vLLM reports (``capacity``, from
+    ``engine_capacity``), else, for SGLang, vLLM's default block on the profile's device. SGLang gets the same token
+    ids as vLLM for the same budget and the same block: pass it vLLM's reported block where that differs."""
+    if block is not None:
+        return block
+    return capacity["block_size"] if server.engine == "vllm" else VLLM_BLOCK_SIZE[server.profile.device]
+
+
+def record_eviction(server: Server, recorder: Recorder, *, seed: int = 0,
+                    block: int | None = None) -> tuple[Trace, Replay]:
     """Chapter 04's eviction story on one engine: the workload sized for the server's KV budget, recorded from an
     emptied cache, and refereed. Start the recorder before the server::
 
         with Recorder("vllm", prof) as recorder, Server("vllm", prof, **options, **recorder.options()) as server:
             trace, verdict = record_eviction(server, recorder)
 
-    (vLLM needs ``cache_options("vllm")`` for the flush.) Both engines get the same token ids for the same budget.
+    (vLLM needs ``cache_options("vllm")`` for the flush.) Both engines get the same token ids for the same budget
+    and block (:func:`workload_block`).
     """
-    kv_tokens = engine_capacity(server)["tokens"]  # vLLM: whole blocks, its null block included; SGLang: its pool
-    trace = record_workload(server, recorder, eviction_workload(kv_tokens, VLLM_BLOCK_SIZE[server.profile.device],
+    capacity = engine_capacity(server)
+    kv_tokens = capacity["tokens"]  # vLLM: whole blocks, its null block included; SGLang: its pool
+    trace = record_workload(server, recorder, eviction_workload(kv_tokens, workload_block(server, capacity, block),
                                                                 seed=seed))
     return trace, replay(trace)
