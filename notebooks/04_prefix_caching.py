@@ -23,8 +23,7 @@
 #
 # Both engines do it by default, differently. SGLang keeps a radix tree over token ids: a hit can
 # end on any token. vLLM caches full KV blocks, found by hashes chained over everything before them:
-# a hit is whole blocks. We build both caches small, check them against the engines' code, then
-# measure.
+# a hit is whole blocks.
 #
 # :::{dropdown} How we know: where the two designs are described
 # The source articles file the two engines under two names: "vLLM = PagedAttention, SGLang =
@@ -443,8 +442,7 @@ print((vllm_hits.cached_tokens == vllm_hits.predicted).all(),
       (per_workload.values == vllm_rates.set_index("workload").loc[per_workload.index, "hits"].values).all())
 
 # %% [markdown]
-# Every hit is whole blocks, and our block cache predicts each one; the per-request reports add up
-# to the counters.
+# Every hit is whole blocks, and our block cache predicts each one.
 #
 # ### SGLang
 
@@ -673,8 +671,9 @@ plt.show()
 # its tree, vLLM blocks, which a finished request gives back tail first. Both
 # engines can publish every block or page they store and evict. A recorder of ours listened while
 # each served five requests: a document A, A with a question, A's blocks again, a document B that does
-# not fit beside A, then A again. Drag the slider: vLLM's pool left, SGLang's tree right, each
-# step's engine events below.
+# not fit beside A, then A again. The events name blocks by hash, so the picture draws our caches
+# replayed on the same tokens. Drag the slider: vLLM's pool left, SGLang's tree right (nodes named
+# by request and token positions: r1 1024–1150 is request 1's tokens 1024 to 1150).
 #
 # :::{dropdown} How we know: the recording, and the referee behind the picture
 # The servers were started with `--kv-events-config`, which makes each engine publish batches of
@@ -720,9 +719,8 @@ print(vllm_referee.agree, sglang_referee.agree, evicted["vllm"]["3"] > 0, evicte
 
 # %% [markdown]
 # Document B evicted on both engines: vLLM gave back A's last blocks, SGLang its least recently used
-# leaves, and both kept A's beginning for its return. Our caches, replayed, did exactly what the
-# engines reported. The **cycle** documents do this at scale: together they
-# overflow the KV budget, so each new one evicts something.
+# leaves, and both kept A's beginning, which request 1 had split off as a node of its own. Our
+# replayed caches agreed. In the **cycle** below, each document is one leaf, and goes whole.
 #
 # :::{dropdown} How we know: the eviction order in vLLM's code
 # Every server in this chapter has the same small KV budget. The **cycle** workload reads
@@ -1379,8 +1377,8 @@ Markdown(quote_markdown("sglang_lmsys_5x"))
 # output is a matter of constrained decoding, not of the cache, and is not measured here either.
 # :::
 #
-# Counting them: how many requests sharing the few-shot system prompt fit at once in our two
-# caches, in the same KV tokens, shared or each with its own copy:
+# How many requests sharing the few-shot system prompt fit at once in the same KV tokens, shared
+# or each with its own copy:
 #
 # :::{dropdown} How we know: how the count is made
 # Larger batches from shared prefixes can be counted. Both engines hold a shared prefix once: vLLM's

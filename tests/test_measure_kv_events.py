@@ -417,3 +417,16 @@ def test_a_message_lost_before_a_flushed_window_is_told_not_failed_and_inside_it
     late.messages = [{**m, "seq": m["seq"] + 1} for m in late.messages]  # seq 0 missing, and it was in the window
     late.messages[0]["ts"] = max(late.messages[0]["ts"], late.begin)
     assert any("were not received" in p for p in replay(late).problems)
+
+
+def test_the_figure_names_a_node_by_where_its_tokens_first_appear_and_blocks_as_vllm_numbers_them():
+    from servelab.measure.kv_events.frames import where
+
+    traces = {engine: saved(engine) for engine in ENGINES}
+    sequences = [mark["tokens"] for mark in traces["vllm"].requests]
+    steps = frames(**{e: replay(t) for e, t in traces.items()}, sequences=sequences)["steps"]
+    labels = {n["label"] for s in steps for n in s["sglang"]["nodes"]}
+    assert labels and all(label.startswith("r") and "–" in label for label in labels), labels
+    assert "r0 0–" in " ".join(sorted(labels))  # document A's first tokens, first seen in request 0
+    assert min(b["id"] for s in steps for b in s["vllm"]["blocks"]) == 1  # vLLM's block 0 is its null block
+    assert where([9, 9, 9], 3, [[1, 2], [5, 9, 9, 9]]) == "r1 1–3" and where([7], 1, [[1]]) is None

@@ -18,8 +18,10 @@ def save_and_draw(name: str, recordings: Mapping[str, tuple[Trace, Replay]], pro
     for engine, (trace, referee) in recordings.items():
         results.save(f"{name}_{engine}", trace.window_only().to_dict(), profile, **notes)
         results.save(f"{name}_referee_{engine}", referee.table, profile, unit=referee.unit, **notes)
-    return kv_event_figure.scrubber(frames(**{engine: referee for engine, (_, referee) in recordings.items()}),
-                                    title=title)
+    trace = next(iter(recordings.values()))[0]  # the same requests on every engine
+    sequences = [[*mark["tokens"], *mark.get("output", [])] for mark in trace.requests]
+    return kv_event_figure.scrubber(frames(**{engine: referee for engine, (_, referee) in recordings.items()},
+                                           sequences=sequences), title=title)
 
 
 def print_referees(*referees: Replay) -> None:

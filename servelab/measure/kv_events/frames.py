@@ -18,6 +18,7 @@ caller translates captions and event words.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from servelab.measure.kv_events.keys import short_hash
@@ -25,20 +26,36 @@ from servelab.measure.kv_events.replay import Replay
 
 
 def _blocks(state: list[dict[str, Any]], hash_of: dict[str, str]) -> list[dict[str, Any]]:
-    return [{"id": b["id"], "state": b["state"],
+    # Numbered as vLLM numbers them: its block 0 is the null block, so the usable pool (ours) starts at 1, and new
+    # blocks are taken in the same order from both.
+    return [{"id": b["id"] + 1, "state": b["state"],
              "hash": short_hash(hash_of.get(b["key"])) if b["key"] else None,
              "parent": short_hash(hash_of.get(b["parent"])) if b["parent"] else None,
              "tokens": b["tokens"]} for b in state]
 
 
-def _nodes(state: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def where(first: Sequence[int], tokens: int, sequences: Sequence[Sequence[int]]) -> str | None:
+    """Where a node's tokens first appear: "r2 128–255" (request 2, its tokens 128 to 255), or None."""
+    n = len(first)
+    for r, seq in enumerate(sequences):
+        for o in range(len(seq) - n + 1):
+            if list(seq[o:o + n]) == list(first):
+                return f"r{r} {o}–{o + tokens - 1}"
+    return None
+
+
+def _nodes(state: list[dict[str, Any]], sequences: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
     return [{"id": n["id"], "parent": n["parent"],
-             "label": " ".join(map(str, n["first"])) + ("…" if n["tokens"] > len(n["first"]) else ""),
+             "label": where(n["first"], n["tokens"], sequences)
+             or " ".join(map(str, n["first"])) + ("…" if n["tokens"] > len(n["first"]) else ""),
              "tokens": n["tokens"], "state": n["state"]} for n in state]
 
 
-def frames(vllm: Replay | None = None, sglang: Replay | None = None) -> dict[str, list[dict[str, Any]]]:
-    """The figure's steps from the two engines' replays of the same requests (either may be left out)."""
+def frames(vllm: Replay | None = None, sglang: Replay | None = None,
+           sequences: Sequence[Sequence[int]] = ()) -> dict[str, list[dict[str, Any]]]:
+    """The figure's steps from the two engines' replays of the same requests (either may be left out). With the
+    requests' token sequences (prompt, then output), each radix node is labelled by where its tokens first appear
+    ("r2 128–255": request 2, its tokens 128 to 255) instead of by its first token ids."""
     given = [r for r in (vllm, sglang) if r is not None]
     if not given:
         raise ValueError("frames needs at least one replay (vllm=..., sglang=...)")
@@ -53,6 +70,6 @@ def frames(vllm: Replay | None = None, sglang: Replay | None = None) -> dict[str
         if vllm is not None:
             step["vllm"] = {"blocks": _blocks(vllm.steps[i]["state"], vllm.hash_of), "events": vllm.steps[i]["events"]}
         if sglang is not None:
-            step["sglang"] = {"nodes": _nodes(sglang.steps[i]["state"]), "events": sglang.steps[i]["events"]}
+            step["sglang"] = {"nodes": _nodes(sglang.steps[i]["state"], sequences), "events": sglang.steps[i]["events"]}
         steps.append(step)
     return {"steps": steps}
