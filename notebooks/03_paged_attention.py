@@ -589,7 +589,8 @@ with servers["SGLang"].server(prof, **recorders["sglang"].options()) as sg:
     sglang_tokens = sglang_capacity["tokens"]
     sglang_run = kv_pressure.run_pressure(sg, prompts, answer_tokens)
     forced = retraction.force(sg, sglang_conservativeness, seed=seed, answer=retraction_answer, lag=retraction_lag)
-    sglang_paging, sglang_referee = record_paging(sg, recorders["sglang"])  # drawn after the retraction
+    # drawn after the retraction; the same tokens as vLLM's, sized in vLLM's blocks
+    sglang_paging, sglang_referee = record_paging(sg, recorders["sglang"], block=block_size)
 for part in ("requests", "tokens", "timeline"):
     results.save(f"kv_pressure_sglang_{part}", getattr(sglang_run, part), prof, kv_tokens=kv_tokens,
                  schedule_conservativeness=sglang_conservativeness)

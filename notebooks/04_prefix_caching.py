@@ -448,7 +448,8 @@ print((vllm_hits.cached_tokens == vllm_hits.predicted).all(),
 
 # %%
 sglang = lineup.take("sglang")
-sglang_events, sglang_referee = record_eviction(sglang, recorders["sglang"])  # shown in the section on eviction
+# shown in the section on eviction; the same token ids as vLLM's, sized in vLLM's blocks
+sglang_events, sglang_referee = record_eviction(sglang, recorders["sglang"], block=vllm_built["block_size"])
 sglang_built = engine_capacity(sglang)
 info = server_info(sglang)
 print(f"SGLang {sglang.version()}: {sglang_built['tokens']} KV tokens, page_size={sglang_built['block_size']}, "
@@ -697,8 +698,8 @@ plt.show()
 # draws our own caches (`servelab/sim/prefix_cache/`) replayed on the same token ids, with each
 # engine's events beside them, and a referee (`servelab/measure/kv_events/replay.py`) compares, request
 # by request, what the engine stored and removed with what our cache did, each unit named by its
-# content. The check below prints True only when every request agrees and no event is missing, extra
-# or out of its window; the table under the figure lists each request, and what the referee cannot see.
+# content. The check below prints True only when every request agrees and no event inside the window
+# is missing, extra or out of place; the table under the figure lists each request, and what the referee cannot see.
 # :::
 
 # %%
@@ -718,9 +719,9 @@ print(vllm_referee.agree, sglang_referee.agree, evicted["vllm"]["3"] > 0, evicte
       kept["vllm"]["4"] > 0, kept["sglang"]["4"] > 0)
 
 # %% [markdown]
-# Document B evicted on both engines: vLLM gave back A's last blocks, SGLang its least recently used
-# leaves, and both kept A's beginning, which request 1 had split off as a node of its own. Our
-# replayed caches agreed. In the **cycle** below, each document is one leaf, and goes whole.
+# Document B evicted on both engines: vLLM A's last block and the copy request 2 recomputed,
+# SGLang its least recently used leaves; both kept A's beginning, which request 1 had split off as
+# a node of its own. In the **cycle** below, each document is one leaf, and goes whole.
 #
 # :::{dropdown} How we know: the eviction order in vLLM's code
 # Every server in this chapter has the same small KV budget. The **cycle** workload reads

@@ -430,3 +430,15 @@ def test_the_figure_names_a_node_by_where_its_tokens_first_appear_and_blocks_as_
     assert "r0 0–" in " ".join(sorted(labels))  # document A's first tokens, first seen in request 0
     assert min(b["id"] for s in steps for b in s["vllm"]["blocks"]) == 1  # vLLM's block 0 is its null block
     assert where([9, 9, 9], 3, [[1, 2], [5, 9, 9, 9]]) == "r1 1–3" and where([7], 1, [[1]]) is None
+
+
+def test_the_eviction_story_keeps_its_shape_at_a_gpu_block_size():
+    from servelab.measure.kv_events.workload import tails
+
+    assert tails(128) == (40, 50)  # the CPU build's block: the traces above
+    for block in (16, 32, 64):
+        doc_tail, b_tail = tails(block)
+        # B's tail under one block: SGLang frees B's room from A's tail and the question, and keeps A's head
+        assert 1 <= doc_tail < block and 1 <= b_tail <= block
+    small = eviction_workload(18432, 16)
+    assert len(small.prompts[3]) % 16 == tails(16)[1] and len(small.prompts[0]) % 16 == tails(16)[0]

@@ -29,4 +29,5 @@ def print_referees(*referees: Replay) -> None:
     for referee in referees:
         print(f"{referee.engine}, in {referee.unit}s of {referee.unit_tokens} token(s):")
         print(referee.table.to_string(index=False))
+        print("problems:", *(referee.problems or ["none"]), sep="\n  ")
         print("not compared:", *referee.differences, sep="\n  ")

@@ -35,7 +35,8 @@ def prefix_keys(tokens: Sequence[int], unit: int) -> list[str]:
 
 
 def short_hash(engine_hash: str | None) -> str | None:
-    """The first 6 hex digits of an engine's hash as the recorder wrote it: vLLM's SHA-256 bytes are hex already
+    """The first 6 hex digits of an engine's hash as the recorder wrote it: vLLM's hashes are 64-bit
+    integers by default (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`), SHA-256 bytes (hex already) without it
     (64 digits); SGLang's signed 64-bit integers (decimal) are read as their 16 hex digits, two's complement."""
     if engine_hash is None:
         return None

@@ -29,7 +29,8 @@ DIFFERENCES = {
         "The last output token's KV is never computed, so the block it would start is neither allocated nor stored.",
     ],
     "sglang": [
-        "The CPU server's tree core is compiled (RustUnifiedTreeCore); the simulator follows the rules of "
+        "SGLang's default tree core is compiled (RustUnifiedTreeCore, which this CPU server runs); "
+        "the simulator follows the rules of "
         "SGLang's Python trees, so the trace is what shows they agree.",
         "Nodes are not compared: a node split emits no event, so pages are compared, each named by its content.",
         "Only requests sent one at a time are modelled; the outputs are the engine's own.",

@@ -30,7 +30,8 @@ DIFFERENCES = {
         "Only requests sent one at a time, asking for one token, without chunked prefill, are modelled.",
     ],
     "sglang": [
-        "The CPU server's tree core is compiled (RustUnifiedTreeCore); the simulator follows the rules of "
+        "SGLang's default tree core is compiled (RustUnifiedTreeCore, which this CPU server runs); "
+        "the simulator follows the rules of "
         "SGLang's Python trees (radix_cache.py, unified_tree_core.py), so the trace is what shows they agree.",
         "Nodes are not compared: a node split emits no event, so pages are compared, each named by its content.",
         "Only requests sent one at a time, asking for one token, are modelled; with more output tokens SGLang "

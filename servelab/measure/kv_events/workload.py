@@ -27,7 +27,14 @@ from servelab.measure.kv_events.replay import Replay, replay
 from servelab.measure.kv_memory.capacity import engine_capacity
 
 TOKEN_RANGE = (1000, 20000)  # ordinary token ids of the model's vocabulary: no special tokens, no chat template
-DOC_TAIL, B_TAIL = 40, 50  # tokens past the whole blocks of A and of B
+# Tokens past the whole blocks of A and of B, for 128-token blocks; scaled to the block (`tails`), so that B's tail
+# stays under one block: SGLang then frees B's room from A's tail and the question alone, and keeps A's head.
+DOC_TAIL, B_TAIL = 40, 50
+
+
+def tails(block_size: int) -> tuple[int, int]:
+    """A's and B's tokens past their whole blocks, in proportion to the block (both under one block)."""
+    return max(1, DOC_TAIL * block_size // 128), max(1, B_TAIL * block_size // 128)
 
 
 @dataclass(frozen=True)
@@ -53,8 +60,9 @@ def workload(doc_blocks: int, other_blocks: int, block_size: int = 128, *, seed:
     def tokens(n: int) -> tuple[int, ...]:
         return tuple(rng.randrange(*TOKEN_RANGE) for _ in range(n))
 
-    doc, question = tokens(doc_blocks * block_size + DOC_TAIL), tokens(block_size - 1)
-    other, head = tokens(other_blocks * block_size + B_TAIL), doc[:doc_blocks * block_size]
+    doc_tail, b_tail = tails(block_size)
+    doc, question = tokens(doc_blocks * block_size + doc_tail), tokens(block_size - 1)
+    other, head = tokens(other_blocks * block_size + b_tail), doc[:doc_blocks * block_size]
     return Workload(tuple("01234"), (doc, head + question, head, other, doc),
                     ("document A", "A's blocks and a question", "A's blocks again", "document B", "document A again"))
 
