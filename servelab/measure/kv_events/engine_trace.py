@@ -7,7 +7,8 @@ What a message holds, as the engines build it:
   (``None`` for a prompt's first block) and their token ids, ``block_size`` per block (``cache_full_blocks`` in
   ``vllm/v1/core/block_pool.py``); ``BlockRemoved`` one hash, when a cached block is taken for new data
   (``_maybe_evict_cached_block``); ``AllBlocksCleared`` after ``reset_prefix_cache``.
-  Hashes are the low 64 bits of vLLM's SHA-256 block hash as an integer (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`, on by default; `maybe_convert_block_hash`).
+  Hashes are the low 64 bits of vLLM's SHA-256 block hash as an integer (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`, on
+  by default; `maybe_convert_block_hash`).
 * SGLang 0.5.23: one ``BlockStored`` per page of a node the insert adds, consecutive ones coalesced into one event
   when they chain (``record_store`` and ``enqueue`` in ``sglang/srt/mem_cache/events.py``; the CPU server builds the
   compiled ``RustUnifiedTreeCore``, whose ``record_store_event`` reaches Python through ``_kv_event_from_tagged`` in
