@@ -126,6 +126,11 @@ print("Paris" in answers["vLLM"][0].text)
 # and let the engine size its KV cache from `--gpu-memory-utilization` (vLLM) or
 # `--mem-fraction-static` (SGLang). The answer's `prompt_tokens` counts the chat template the server
 # wraps around the question, not only the question's own words.
+#
+# To type the command yourself: run it from the repository's root with the engine's venv on your
+# `PATH` (`$SERVELAB_HOME/envs/<engine>/bin`); the model path is where servelab's set-up put the
+# model, and the variables in front of SGLang's command are what its CPU engine needs (the stand-in
+# for `sgl_kernel` lives in the repository). Port 8000 stands for any free port.
 # :::
 
 # %%

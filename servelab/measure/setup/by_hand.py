@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from servelab.machine.paths import cache_home
+from servelab.machine.paths import REPO, cache_home
 
 
 class Started(Protocol):
@@ -28,12 +28,29 @@ def comparable_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+HOME_WORD = "${SERVELAB_HOME:-$HOME/.cache/servelab}"  # servelab's home as a shell expands it, set or not
+PORT = "8000"  # a port a reader can type; servelab itself picks a free one
+
+
 def command_line(server: Started) -> str:
-    """The shell command that started `server`: the engine's own CLI (`vllm serve ...`, `sglang serve ...`), the
-    venv's path left out, servelab's home as $SERVELAB_HOME and the free port it picked as PORT."""
+    """The shell command that started `server`, as a reader can type it from the repository's root with the venv's
+    `bin` on PATH: the environment the engine needs (SGLang's CPU engine and its stand-in), the engine's own CLI
+    (`vllm serve ...`, `sglang serve ...`), servelab's home spelled so the shell finds it, and port 8000."""
     program = server.spec.argv[0].rsplit("/", 1)[-1]
     words = comparable_argv(server.spec.argv)
-    return " ".join([program, *(w if w.startswith("$SERVELAB_HOME") else shlex.quote(w) for w in words)])
+    if "--port" in words:
+        words[words.index("--port") + 1] = PORT
+    env = [f"{k}={_readable(v)}" for k, v in sorted(server.spec.env.items())]
+    return " ".join([*env, program, *(_readable(w) for w in words)])
+
+
+def _readable(word: str) -> str:
+    """One shell word: servelab's home as HOME_WORD (left for the shell to expand), a path inside the repository
+    relative to its root, anything else quoted."""
+    word = word.replace(str(cache_home()), "$SERVELAB_HOME").replace(str(REPO) + "/", "")
+    if word.startswith("$SERVELAB_HOME"):
+        return '"' + HOME_WORD + word.removeprefix("$SERVELAB_HOME") + '"'
+    return shlex.quote(word) if word else "''"
 
 
 def chat_request(server: Started, question: str, max_tokens: int = 16) -> dict[str, Any]:
