@@ -16,8 +16,8 @@
 #
 # A serving engine keeps, for every token of every running request, a key vector and a value
 # vector in every attention layer: the KV cache. It is what makes generating the next token
-# cheap, and it is what fills GPU memory. This chapter computes how large it is, from model
-# configurations, and how many requests a GPU can therefore serve at once; then it checks that
+# cheap, and it is what fills GPU memory. This chapter computes how large it is and how many
+# requests a GPU can therefore serve at once; then it checks that
 # arithmetic against what the real vLLM and SGLang engines build on this machine. Along the way
 # it corrects the story told by the source articles, the five web articles this book started from
 # (a short article published in four languages and a long Japanese comparison of vLLM and
@@ -143,7 +143,8 @@ pd.Series({**vllm_defaults, "planner utilization": utilization, "planner utiliza
 #
 # :::{dropdown} How we know: which block size
 # Which block size? vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE` (`vllm/config/cache.py`), printed with
-# the defaults above, is what vLLM uses when neither the user nor the platform picks one: a
+# the defaults above, is what vLLM uses when neither the user, nor the platform, nor (on a GPU) the
+# attention backend (`update_block_size_for_backend` in `vllm/platforms/interface.py`) picks one: a
 # `CacheConfig` built with `block_size` left at `None` fills in that default and records that the
 # user chose none. The CPU platform does pick one: when the user gives no `--block-size`,
 # `check_and_update_config` in `vllm/platforms/cpu.py` sets 128 for the CPU attention backend,
@@ -225,7 +226,8 @@ print(ratios.groupby(level=[0, 1]).agg(["min", "max"]).to_string())
 # tokens × the bytes per token of the formula above), then read back how many blocks vLLM
 # allocated and how many tokens a block holds. vLLM publishes both on its `/metrics` endpoint in
 # the `vllm:cache_config_info` series, with the number of full-length requests it says the pool
-# holds under the label `kv_cache_max_concurrency` (set in `vllm/v1/engine/core.py`; the table
+# holds under the label `kv_cache_max_concurrency` (`get_max_concurrency_for_kv_cache_config` and
+# `update_kv_cache_capacity` in `vllm/v1/core/kv_cache_utils.py`, null block counted; the table
 # calls it `engine_max_concurrency`). It computes its own bytes per block from the model
 # configuration it loaded, and allocates the whole pool when it starts, before the first request;
 # the cell reads it before sending any. The planner predicts whole blocks: the budget divided by
@@ -388,7 +390,7 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # exponential: KV memory is linear in the tokens held, per sequence and across sequences, as the
 # first plot shows. And more traffic does not make an engine allocate more KV memory until it
 # crashes: both engines allocate their whole KV pool when they start, before the first request, as
-# the pool sizes read above show. Demand grows with the traffic; the supply does not. When requests
+# the pool sizes read above show. When requests
 # need more KV than the pool holds, the scheduler (the part of the engine that decides which
 # requests run) makes them wait in its queue, and their time to first token (TTFT, the wait before a
 # request's first generated token) grows with the wait: that part of the story, the TTFT spikes, is
@@ -427,8 +429,9 @@ print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page siz
 # %% [markdown]
 # ## What it means
 #
-# The engine's own pool, after activations and CUDA graphs, is smaller than the planner's upper
-# bound, and vLLM prints its own figure (`kv_cache_max_concurrency`) when it starts. The next
+# A pool sized from the memory share, after activations and CUDA graphs, is smaller than the
+# planner's upper bound (not measured here: these servers got their pool in bytes); vLLM prints its
+# own figure (`kv_cache_max_concurrency`) when it starts. The next
 # chapter shows how vLLM's paged KV cache avoids reserving more than a request needs, and what
 # happens when the pool runs out.
 

@@ -555,7 +555,8 @@ growth_table.round(2)
 # without starting an engine, `servelab/engines/flags.py`): chunked prefill with 512 and 1024
 # tokens per step, the vLLM flag for several partial prefills, the long-prefill threshold, and
 # SGLang's forms, among them `--chunked-prefill-size -1`, which turns chunking off: the scheduler
-# treats any size of 0 or less as none (`Scheduler.__init__` in `sglang/srt/managers/scheduler.py`).
+# treats any size of 0 or less as none (`Scheduler.init_chunked_prefill` in
+# `sglang/srt/managers/scheduler.py`).
 # The model id only needs to be one the parsers can resolve offline.
 # :::
 #
@@ -649,8 +650,8 @@ print("SGLang: the articles' sgl.Runtime call sets no chunking argument; its chu
 # pick the largest budget whose step fits the inter-token latency you promise, as a multiple of the
 # steady decode gap; lower it when the streams' p90 gap is over that target during long prompts;
 # raise it when long prompts wait too long for their first token and the streams have room under
-# the target. When only long prompts break the target, `--long-prefill-token-threshold` beats a
-# smaller budget: it caps their tokens per step, and the budget stays large for everything else.
+# the target. `--long-prefill-token-threshold` can match a smaller budget while one long prompt
+# runs at a time: it caps each request's prompt tokens per step, not the step.
 # The cell computes the budget from the fitted vLLM cost for a target of twice the steady decode gap.
 #
 # :::{dropdown} How we know: correcting the target by the measurement
@@ -726,7 +727,7 @@ print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vll
 # the simulator predicted.
 #
 # A smaller budget is not free either: it buys shorter gaps for the streams and costs the long
-# prompt the fixed cost of every step it adds. The simulator gets the shape of the trade-off but
+# prompt the fixed cost of every step it adds. The simulator gets the trade-off's shape and mostly
 # under-predicts its level.
 #
 # :::{dropdown} How we know: why the simulator falls short, and how firm the ratios are
@@ -755,8 +756,8 @@ print(f"vLLM's errors range from {100 * vllm_err.min().min():.0f}% to {100 * vll
 # - The streams' worst gap is a fixed per-step cost plus a part that grows with the budget: take the
 #   largest budget whose step fits the inter-token latency you promise, lower it when the p90 gap
 #   during long prompts breaks that promise, raise it when long prompts wait too long for their first token.
-# - A linear step cost fitted on the machine got the trade-off's shape but under-predicted its
-#   level: check a simulator's answer against a live run on your own server.
+# - A linear step cost fitted on the machine got the trade-off's shape but mostly under-predicted
+#   its level: check a simulator's answer against a live run on your own server.
 
 # %% [markdown]
 # ## Exercises
