@@ -151,8 +151,9 @@ pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max
 # round's seed, so two rounds share no more than the chat template's opening tokens). A slow
 # stretch of the host then lands on both engines, and every ratio below comes with the range of its
 # rounds. On the cpu profile both servers stay up side by side. On a GPU they do not fit together
-# (each asks for most of the card's memory at start), so there every round starts each server
-# afresh, in the same turns, with its warm-up run: one start per server and round instead of one
+# (vLLM refuses to start unless its share of the card is free, `request_memory` in
+# `vllm/v1/worker/utils.py`, even when given its pool in bytes), so there every round starts each
+# server afresh, in the same turns, with its warm-up run: one start per server and round instead of one
 # per server, so that a drift of the machine lands on both engines there too. The client runs on
 # the same machine as the servers, and on the cpu profile they share its cores, for both engines
 # alike.
@@ -194,17 +195,20 @@ for engine in engines:  # one table per engine, each printed whole
 # capacity each engine reports having built from the same budget. The `cached_tokens` column above
 # is the growth of each engine's own counter of prompt tokens served from its prefix cache
 # (`vllm:prefix_cache_hits`, `sglang:cached_tokens`), read from the server before and after each
-# run. The two engines count different numbers for the same prompts because vLLM caches a prefix
-# only in whole KV blocks, of the size printed at the end of the ratios below, while SGLang caches it
-# to the token ([chapter 04](04_prefix_caching.ipynb)).
+# run. The two engines count different numbers for the same prompts: vLLM caches a prefix only in
+# whole KV blocks, of the size printed at the end of the ratios below, SGLang to the token ([chapter
+# 04](04_prefix_caching.ipynb)), and a request sent while another still computes their shared
+# prefix finds less.
 #
 # :::{dropdown} How we know: what the capacity table's columns mean
 # Each engine's row is what it reported building from the same budget in tokens: `block_size` is
 # the tokens per KV block, `blocks` how many it built, `tokens` their product and `usable` what
 # requests can hold. vLLM keeps one block aside as a null block, so its usable tokens are one block
-# fewer. `max_concurrency` is vLLM's own figure (`kv_cache_max_concurrency`): the pool's tokens, null
-# block included, over the context window, so requests of full length that fit at once, a fraction
-# where the last one fits only in part; SGLang reports no such figure, hence NaN in its row. `kv_gib`
+# fewer. `max_concurrency` is vLLM's own figure (`kv_cache_max_concurrency`,
+# `get_max_concurrency_for_kv_cache_config` in `vllm/v1/core/kv_cache_utils.py`): the pool's blocks,
+# null block included, over the blocks one full-length request needs, so requests of full length
+# that fit at once, a fraction where the last one fits only in part; SGLang reports no such figure,
+# hence NaN in its row. `kv_gib`
 # is the size of SGLang's K and V buffers in GiB, as its server reports it (the pool plus one padding
 # page); vLLM reports none, hence NaN in its row (it was given its pool in bytes, as shown below).
 # :::
@@ -237,23 +241,26 @@ print(*(bool((by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "outp
 # %% [markdown]
 # ### On your own server
 #
-# The same measurement runs against any server that speaks the OpenAI-compatible API. Start your
-# server, then run the command the next cell prints: the one this chapter ran for its busiest
-# random-prompt run, with your server's address in place of `YOUR-HOST` and your model's name and
-# tokenizer in place of this run's. To compare two engines
+# The same measurement runs against any server that speaks the OpenAI-compatible API: run the
+# command the next cell prints (this chapter's busiest random-prompt run) with your server's address
+# for `YOUR-HOST` and your model's name and tokenizer. To compare two engines
 # fairly, give both the same KV cache in tokens: SGLang takes tokens (`--max-total-tokens`), vLLM
-# takes bytes (`--kv-cache-memory-bytes`), the tokens times the bytes of keys and values one token
-# of the model needs; the cell prints that product for this run's model.
+# takes bytes per GPU (`--kv-cache-memory-bytes`), the tokens times the bytes of keys and values
+# one token of the model needs (divided by N with `--tensor-parallel-size N`); the cell prints that
+# product for this run's model.
 #
-# :::{dropdown} How we know: the three flags this book's servers add
-# `--enforce-eager` makes vLLM run the model as plain PyTorch, without the graph capture and
-# compilation it otherwise does at start, so it starts several times faster on the cpu profile
-# (`enforce_eager` in `vllm/config/model.py`; `servelab/data/profiles.toml`).
+# :::{dropdown} How we know: three of the flags this book's servers add
+# `--enforce-eager` makes vLLM run the model as plain PyTorch, skipping the compilation its CPU
+# platform otherwise does at start (a CPU has no CUDA graphs to capture), so it starts faster on the
+# cpu profile (`enforce_eager` in `vllm/config/model.py`; the start times measured are in a comment
+# of `servelab/data/profiles.toml`).
 # `--enable-prompt-tokens-details` makes vLLM's API report each request's cached prompt tokens in
 # its usage (`vllm/entrypoints/launchers/cli_args.py`). `--sleep-on-idle` lets SGLang's scheduler
-# sleep while no request waits instead of polling, which "reduces CPU usage when sglang is idle"
+# sleep while no request waits instead of polling ("Reduce CPU usage when sglang is idle.")
 # (`sleep_on_idle` in `sglang/srt/arg_groups/fields/device.py`): on the cpu profile the two servers
-# share the cores, and an idle one must not take them from the one measured.
+# share the cores, and an idle one must not take them from the one measured. The others are in the
+# printed commands: `--enable-metrics` (SGLang's counters), and the cpu profile's `--device cpu`,
+# `--attention-backend torch_native` and `--sampling-backend pytorch` (chapter 00).
 # :::
 
 # %%
