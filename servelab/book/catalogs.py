@@ -123,9 +123,11 @@ def update(langs: tuple[str, ...] = TRANSLATED, only: tuple[str, ...] = ()) -> t
                                                                 fuzzy=False)
             catalog.update(template, update_creation_date=False)
             catalog.obsolete.clear()
-            for m in catalog:  # nothing to translate: the English is the translation
-                if m.id and not m.string and verbatim(m.id):
+            for m in catalog:  # nothing to translate: the English is the translation (also where a merge guessed)
+                if m.id and (m.fuzzy or not m.string) and verbatim(m.id):
                     m.string = m.id
+                    m.flags.discard("fuzzy")
+                    m.previous_id = []
             catalog.header_comment = HEADER.format(lang=lang, domain=domain)
             catalog.copyright_holder, catalog.msgid_bugs_address = "The servelab authors", ""
             write(catalog, path)
