@@ -56,7 +56,7 @@ def test_engine_notebooks_check_an_engine_result(source):
     code = _code(nb)
     assert nb.metadata.get("servelab", {}).get("starts"), f"{source.stem}'s run recorded no engine start"
     # a chapter's servers come from its declarations (servelab/measure/chapter_servers): `.server(prof)`
-    starts = [i for i, c in enumerate(code) if any(k in c.source for k in ("running(", "Server(", ".server(prof)"))]
+    starts = [i for i, c in enumerate(code) if any(k in c.source for k in ("running(", "Server(", ".server(prof"))]
     assert starts, f"{source.stem} starts no engine: every chapter measures a real one"
     checked = [c for c in code[starts[0]:] if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
     assert checked, "no NBVAL_CHECK_OUTPUT cell after the first engine cell"
