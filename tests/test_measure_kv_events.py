@@ -207,7 +207,13 @@ def test_the_shared_servers_events_agree_with_the_replay(live, engine):
     trace = Trace.from_dict(live[engine]["kv_events"])
     assert trace.messages and trace.messages[0]["seq"] == 0  # subscribed before the engine published anything
     verdict = replay(trace)
-    assert verdict.agree, (verdict.problems, verdict.table.to_dict("records"))
+    # the shared SGLang server runs without --enable-cache-report, so its hits are unreported (a disagreement for
+    # a chapter); here the stores and removals must agree, request by request
+    rows = verdict.table
+    assert not verdict.problems and (rows.engine_stored == rows.sim_stored).all() and \
+        (rows.engine_removed == rows.sim_removed).all(), (verdict.problems, rows.to_dict("records"))
+    if engine == "vllm":
+        assert verdict.agree, rows.to_dict("records")
     unit = trace.capacity["block_size"]
     side = read(trace)
     for mark in trace.requests:
