@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 
 from servelab.measure.kv_events.decode_sims import DecodeOp, decode_simulator
-from servelab.measure.kv_events.engine_trace import BEFORE, START, Window, read
+from servelab.measure.kv_events.engine_trace import START, Window, read
 from servelab.measure.kv_events.record import Trace
-from servelab.measure.kv_events.replay import PHASE, Replay, _empty_state, _row, page_problems
+from servelab.measure.kv_events.replay import PHASE, Replay, _empty_state, _row, trace_problems, window_differences
 
 DIFFERENCES = {
     "vllm": [
@@ -90,10 +90,8 @@ def replay_paging(trace: Trace | dict[str, Any]) -> Replay:
     trace = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
     side = read(trace)
     sim = decode_simulator(trace.engine, trace.capacity)
-    problems = [*page_problems(trace), *side.problems]
+    problems = trace_problems(trace, side)
     start = side.windows[START]
-    if trace.flushed and start.cleared != 1:
-        problems.append(f"the flush before the first request gave {start.cleared} AllBlocksCleared, not 1")
     rows = [{**_row(START, start, None, None, side), "output_tokens": 0}]
     steps = [{"caption": "start", "request": None, "phase": "start", "state": _empty_state(sim),
               "events": [text for _, text in start.texts]}]
@@ -106,11 +104,6 @@ def replay_paging(trace: Trace | dict[str, Any]) -> Replay:
                      "output_tokens": op.output_tokens})
         events = _vllm_events(win, op) if trace.engine == "vllm" else _sglang_events(win, op)
         steps += _steps(index, op, events)
-    differences = list(DIFFERENCES[trace.engine])
-    if side.windows[BEFORE].texts:
-        differences.append(f"{len(side.windows[BEFORE].texts)} events before the recording window are not replayed.")
-    if side.lost_before:
-        differences.append(f"The first {side.lost_before} message(s), sent before the recording connected, were not "
-                           "received; the flush that opened the window makes them irrelevant.")
+    differences = [*DIFFERENCES[trace.engine], *window_differences(side)]
     table = pd.DataFrame(rows).astype({"engine_hit": "Int64", "sim_hit": "Int64"})
     return Replay(trace.engine, sim.unit, sim.unit_tokens, table, problems, differences, steps, side.hash_of)

@@ -102,6 +102,27 @@ def page_problems(trace: Trace) -> list[str]:
     return []
 
 
+def trace_problems(trace: Trace, side: EngineSide) -> list[str]:
+    """What is wrong with ``trace`` before any request is compared: pages the simulators cannot model, the
+    trace's own problems (gaps, unknown parents, a flush inside a request) and a flush that was not one clear."""
+    problems = [*page_problems(trace), *side.problems]
+    cleared = side.windows[START].cleared
+    if trace.flushed and cleared != 1:
+        problems.append(f"the flush before the first request gave {cleared} AllBlocksCleared, not 1")
+    return problems
+
+
+def window_differences(side: EngineSide) -> list[str]:
+    """What the recording window leaves out: events before it, and messages sent before the recording connected."""
+    out = []
+    if side.windows[BEFORE].texts:
+        out.append(f"{len(side.windows[BEFORE].texts)} events before the recording window are not replayed.")
+    if side.lost_before:
+        out.append(f"The first {side.lost_before} message(s), sent before the recording connected, were not "
+                   "received; the flush that opened the window makes them irrelevant.")
+    return out
+
+
 def _events(engine: str, win: Window, phase: str) -> list[str]:
     return [text for kind, text in win.texts if PHASE[engine].get(kind) == phase]
 
@@ -116,10 +137,8 @@ def replay(trace: Trace | dict[str, Any]) -> Replay:
     trace = trace if isinstance(trace, Trace) else Trace.from_dict(trace)
     side = read(trace)
     sim = simulator(trace.engine, trace.capacity)
-    problems = [*page_problems(trace), *side.problems]
+    problems = trace_problems(trace, side)
     start = side.windows[START]
-    if trace.flushed and start.cleared != 1:
-        problems.append(f"the flush before the first request gave {start.cleared} AllBlocksCleared, not 1")
     rows = [_row(START, start, None, None, side)]
     steps = [{"caption": "start", "request": None, "phase": "start", "state": _empty_state(sim),
               "events": [text for _, text in start.texts]}]
@@ -130,12 +149,6 @@ def replay(trace: Trace | dict[str, Any]) -> Replay:
         for phase, state in (("admitted", op.admitted), ("finished", op.finished)):
             steps.append({"caption": f"request {index} {phase}", "request": index, "phase": phase, "state": state,
                           "events": _events(trace.engine, win, phase)})
-    before = side.windows[BEFORE]
-    differences = list(DIFFERENCES[trace.engine])
-    if before.texts:
-        differences.append(f"{len(before.texts)} events before the recording window are not replayed.")
-    if side.lost_before:
-        differences.append(f"The first {side.lost_before} message(s), sent before the recording connected, were not "
-                           "received; the flush that opened the window makes them irrelevant.")
+    differences = [*DIFFERENCES[trace.engine], *window_differences(side)]
     table = pd.DataFrame(rows).astype({"engine_hit": "Int64", "sim_hit": "Int64"})
     return Replay(trace.engine, sim.unit, sim.unit_tokens, table, problems, differences, steps, side.hash_of)
