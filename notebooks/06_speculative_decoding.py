@@ -16,14 +16,13 @@
 #
 # A model decodes one token per forward pass, and at small batch sizes that pass spends its time
 # reading the weights from memory, not computing. Speculative decoding uses the idle arithmetic: a
-# cheap draft proposes several tokens, the target model checks all of them in one pass, and keeps
-# the longest prefix it agrees with plus one token of its own. A rejection rule chosen with care
-# makes the output follow exactly the target's distribution (Leviathan, Kalman & Matias, ICML 2023;
-# Chen et al., 2023). In vLLM it is `--speculative-config`; in SGLang, `--speculative-algorithm`.
+# cheap draft proposes several tokens, the target model checks them all in one pass and keeps the
+# longest prefix it agrees with, plus one of its own. A careful rejection rule keeps the output
+# exactly the target's distribution (Leviathan, Kalman & Matias, 2023; Chen et al., 2023). vLLM
+# turns it on with `--speculative-config`, SGLang with `--speculative-algorithm`.
 #
-# The source articles promise that it speeds generation up two to three times, on both engines,
-# without any loss of quality. This chapter builds the theory and the sampler, then measures what
-# vLLM gains here with two kinds of draft, and where it stops paying.
+# The source articles promise two to three times faster generation at no loss of quality. This
+# chapter builds the theory and the sampler, then measures vLLM's gain here, and where it stops.
 
 # %% tags=["parameters"]
 profile = "auto"
@@ -62,12 +61,11 @@ prof = banner.start(profile)
 # ## The theory
 #
 # Suppose each drafted token is accepted with the same probability α, independently of the
-# others: the assumption of Leviathan et al. (`servelab/sim/speculative/theory.py`). A verification
-# keeps the drafted tokens up to the first rejection and always adds one token of the target's own
-# (the correction at the rejection, or a bonus token when all k were accepted). It therefore emits
-# on average E = 1 + α + α² + … + α^k tokens. If one draft step costs c target steps and the
-# verification costs one target step, the k draft steps and the verification take kc + 1 steps,
-# and the walltime improvement is E / (kc + 1).
+# others, as Leviathan et al. do. A verification keeps the drafted tokens up to the first rejection
+# and always adds one token of the target's own (the correction at the rejection, or a bonus token
+# when all k were accepted), so it emits on average E = 1 + α + α² + … + α^k tokens. If one draft
+# step costs c target steps and the verification one, k drafts and a verification take kc + 1
+# steps, and the speedup is E / (kc + 1).
 #
 # So while verifying costs a plain step (a decode step, no speculation), the gain is at most k + 1,
 # and a draft accepted less often than it costs (α ≤ c) never pays.
@@ -124,10 +122,11 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Left: E for each k; with α = 0.5 even unlimited drafts give at most two tokens per verification.
-# Middle: vLLM's "draft acceptance rate", accepted over drafted tokens; it counts drafted tokens after
-# a rejection, never checked, so for every k above 1 it is below α. Right: the best k, growing with α,
-# shrinking as the draft gets dearer. The speedups there:
+# Left: E for each k; at α = 0.5 even unlimited drafts give at most two tokens per verification.
+# Middle: vLLM's "draft acceptance rate" (accepted over drafted tokens) also counts drafts after a
+# rejection, never checked, so for k above 1 it is below α. Right: the best k grows with α and
+# shrinks as the draft gets dearer. The table gives, per α, the best k and its speedup for each
+# draft cost c; its α = 1 row shows only the search's cap on k.
 #
 # :::{dropdown} How we know: reading the panels, and the search's bound on k
 # On the left, E for each k: with α = 0.5 even unlimited drafts give at most two tokens per
@@ -150,17 +149,16 @@ capped = best[best["best k"] == k_max].groupby("c").alpha.agg(list)  # where the
 print(f"best k = k_max = {k_max} (the bound decides) at: "
       + "; ".join(f"c = {c}: α = {', '.join(f'{a:.2f}' for a in alphas_c)}" for c, alphas_c in capped.items()))
 table = best[best.alpha.isin([0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0])]
-table.pivot(index="alpha", columns="c", values=["best k", "speedup at best k"]).round(2).rename(
-    columns={"best k": f"best k (at most {k_max})"})
+table.pivot(index="alpha", columns="c", values=["best k", "speedup at best k"]).round(2).astype(
+    {("best k", c): int for c in draft_costs}).rename(columns={"best k": f"best k (at most {k_max})"})
 
 # %% [markdown]
 # ## Why verifying k tokens costs about one step
 #
-# The theory charges one target step for checking k + 1 tokens. That holds when a forward pass is
-# bound by memory bandwidth ([chapter 01](01_serving_basics.ipynb)): decoding one token at batch
-# size 1 reads every weight once and does two operations per weight, and a processor moves far
-# fewer bytes per second than it does operations. A pass over n tokens reads the same weights once and does n times the
-# arithmetic, so its time stays flat until the arithmetic catches up with the reading.
+# The theory charges one target step for checking k + 1 tokens. That holds while a forward pass is
+# bound by memory bandwidth ([chapter 01](01_serving_basics.ipynb)): one token reads every weight
+# once for two operations per weight. A pass over n tokens reads the same weights once and does n
+# times the arithmetic, so its time stays flat until the arithmetic catches up with the reading.
 #
 # :::{dropdown} How we know: what NumPy measures
 # Two numbers from this machine, measured with NumPy in this kernel
@@ -190,9 +188,9 @@ pd.Series(machine).round(1)
 # %% [markdown]
 # Now the engine: a plain vLLM server and one per way of drafting. **Prompt lookup** (vLLM's `ngram`
 # method) needs no draft model: it finds the last few tokens earlier in the context and proposes what
-# followed them there. A **draft model** must, by vLLM's default, share the target's tokenizer;
-# none that does is smaller than the cpu profile's SmolLM2-135M, so there the drafts are cut from the model: its first L
-# layers, or the whole **model as its own draft**.
+# followed them there. A **draft model** must share the target's tokenizer; none is smaller than the
+# cpu profile's SmolLM2-135M, so there the drafts are cut from it: its first L layers, or the whole
+# **model as its own draft**.
 #
 # :::{dropdown} How we know: the tokenizer rule and SmolLM2's family
 # By default a draft model must share the target's tokenizer: vLLM checks that the vocabulary sizes
@@ -339,8 +337,7 @@ print((costs.cached_tokens == costs.prefix_tokens).all(), verify_cost(k + 1) < 1
 # scheduling, Python), large next to a model this small; compare the two rows of the table.
 # :::
 #
-# **Decoding against the roofline.** The plain engine answers the four tasks one at a time, beside the
-# rate the measured bandwidth allows:
+# **Decoding against the roofline**, one task at a time:
 #
 # :::{dropdown} How we know: what the decode table holds
 # **Decoding against the roofline.** At batch size 1 every generated token reads every weight,
@@ -368,10 +365,10 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
                                             if host_roofline else np.nan)}).round(2)
 
 # %% [markdown]
-# Compare the small table's first two rows: a one-token step cannot be shorter than reading the
-# weights once. Near that time, a step is bound by memory bandwidth; several times longer, by a fixed
-# cost per forward pass. Either way a pass over k + 1 tokens shares the cost, so verification costs
-# about one step while the pass stays small.
+# Compare the small table's first two rows, measured apart: the engine's one-token step and NumPy
+# reading the weights once (a rough reference the engine can beat a little). If they are close, the
+# step is bound by memory bandwidth, as on a GPU serving a large model; if the step is several times
+# longer, a fixed cost per pass dominates. Either way a pass over k + 1 tokens shares that cost.
 #
 # :::{dropdown} How we know: medians, warm-up, copying answers and per-step overhead
 # The decode rates are medians of `plain_repeats` answers per task, after the plain server's
@@ -397,8 +394,8 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
 # the target's token is drawn from the residual max(0, p − q), normalised; if all k are accepted,
 # one bonus token is drawn from p. Every emitted token is then distributed exactly as p.
 #
-# We check it on two toy "language models" over six tokens: a chi-square test against the target's
-# exact probabilities must pass the exact rule and reject two broken ones.
+# A chi-square test on two toy "language models" over six tokens must pass this rule and reject two
+# broken ones.
 #
 # :::{dropdown} How we know: the goodness-of-fit test
 # We check that claim as a statistician would. Two toy "language models" over six tokens are
@@ -475,9 +472,9 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # per verification is the theory's E, which `tests/test_sim_speculative.py` checks.
 # :::
 #
-# Greedy decoding (temperature 0) is the limit where p puts all its mass on the target's argmax: the
-# rule keeps a draft token exactly when it is that argmax, so greedy speculative decoding must
-# reproduce greedy decoding token for token, which we check on the engine.
+# Greedy decoding (temperature 0) is the limit where p puts all its mass on the target's argmax: a
+# draft token is kept exactly when it is that argmax, so greedy speculative decoding must reproduce
+# greedy decoding token for token.
 #
 # :::{dropdown} How we know: the greedy limit, and how each engine verifies greedy requests
 # Greedy decoding (temperature 0) is the limit where p puts all its mass on the target's argmax,
@@ -626,9 +623,11 @@ tasks[["method", "task", "tokens", "drafts", "acceptance rate", "tokens per veri
        "speedup lowest", "speedup highest", "predicted speedup", "c that fits"]].round(2)
 
 # %% [markdown]
-# The table predicts each speedup from the engine's counters: a verification costs k c + v(k + 1)
-# plain steps, where v(n) is the measured cost of a pass over n tokens in one-token passes and c the
-# draft's cost (0 for prompt lookup).
+# One row per method and task: `drafts` counts verifications, `acceptance rate` is vLLM's (below α,
+# as above), `speedup` is over the plain server. The prediction charges a verification k c + v(k + 1)
+# plain steps, v(n) being the measured cost of a pass over n tokens and c the draft's (0 for prompt
+# lookup). `c that fits` would make prediction and measurement agree: rough, and noise can push it
+# below 0.
 #
 # :::{dropdown} How we know: the prediction, and the c that fits
 # The prediction counts each verification as k c + v(k + 1) target steps, with v measured above,
@@ -695,11 +694,10 @@ print(rates[list(setups.REPETITIVE)].min() > rates[setups.CONTROL],
 #
 # ### A draft model made from the target
 #
-# **The model as its own draft** has every draft accepted, yet gains little or nothing, and on this
-# CPU may even be slower (the cell below prints which): each draft token costs a full forward pass
-# of the same model, the step plain decoding takes anyway. vLLM's draft also re-reads what was
-# verified: one pass over k + 2 tokens, then k − 1 one-token passes, then the verification over
-# k + 1 tokens. So k + 1 tokens cost about v(k + 2) + k − 1 + v(k + 1) steps instead of k + 1.
+# **The model as its own draft** has every draft accepted, yet gains nothing at best: each draft token costs a
+# full pass of the same model. vLLM's draft first catches up on the k + 1 tokens just verified plus a
+# slot for the next (one pass over k + 2 tokens), then drafts k − 1 more one pass each, and the target
+# verifies k + 1. So k + 1 tokens cost about v(k + 2) + k − 1 + v(k + 1) steps instead of k + 1.
 # **Its first L layers** cost less per pass, but were never trained to stop early.
 #
 # :::{dropdown} How we know: the two drafts
@@ -734,7 +732,7 @@ else:
     print(f"no model as its own draft: profile {prof.name} drafts with {prof.draft_model}")
 
 # %% [markdown]
-# A draft also keeps its own KV cache inside the server's memory budget:
+# A draft also keeps its own KV cache, inside the same memory budget:
 #
 # :::{dropdown} How we know: the KV budget
 # A draft costs memory too. servelab gives each server the same KV budget, `kv_tokens` times the
@@ -758,7 +756,8 @@ print(bool(with_draft) and bool((capacity_table.loc[with_draft, "tokens"] < plai
 
 # %% [markdown]
 # A draft model shrinks the target's KV cache; prompt lookup does not. Does the sweep's largest wave
-# still fit?
+# still fit? The last column answers: the blocks it needs against the blocks each server can hand
+# out. Where it fits, memory does not explain a slowdown.
 #
 # :::{dropdown} How we know: the checks, SGLang's cap and the fit of the largest wave
 # Every server with a draft model holds fewer tokens of KV cache than the plain server in the
@@ -802,7 +801,8 @@ sweep_fit.round(2)
 
 # %% [markdown]
 # A survival curve: per draft position, the share of verifications whose first i + 1 draft tokens were
-# all accepted; dotted, α^(i+1), the theory's independent (i.i.d.) acceptances.
+# all accepted. Dotted, α^(i+1) under independent (i.i.d.) acceptances, fitted to the total accepted,
+# not to the shape: all-or-nothing drafts start below it and end above it.
 #
 # :::{dropdown} How we know: the fit
 # Per draft position, the counters form a survival curve: the share of verifications whose first
@@ -858,7 +858,8 @@ survival.groupby("method", sort=False)[["drafts", "every draft had k tokens", "a
 #
 # :::{dropdown} How we know: the replay, and where it runs
 # This part runs where the drafts are cut from the model itself (the cpu profile); on a GPU
-# profile it is skipped, and its check prints True there without having tested anything.
+# profile it is skipped, and its check prints "n/a n/a" (not applicable), which only a GPU profile's run
+# may print.
 #
 # The live runs tried a few depths; every depth can be tried without an engine. A draft made of
 # the first L layers computes exactly the target's hidden state after layer L, then the target's
@@ -926,7 +927,7 @@ ran.drop(columns=["engine", "replayed"], errors="ignore")
 # %%
 # NBVAL_CHECK_OUTPUT
 print(*((all(depths.target_agrees) or not exact_expected(prof.dtype), bool(ran["agree (one per answer)"].all()))
-        if cut_drafts else ("skipped", "skipped")))  # no cut drafts (a profile with its own draft): nothing to test
+        if cut_drafts else ("n/a", "n/a")))  # no cut drafts (a profile with its own draft): not applicable
 
 # %% [markdown]
 # The shallow cut with the best predicted speedup, at the k that suits it:
@@ -953,13 +954,12 @@ else:
 best_shallow
 
 # %% [markdown]
-# A cut is accepted rarely until it is nearly the whole model, and by then it costs nearly as
-# much as the model: early layers were never trained to predict the next token. Useful drafts are
-# trained for it: a small model of the same family, or a head trained on the target's hidden
-# states (EAGLE-3).
+# A cut is accepted rarely until it is nearly the whole model, and then it costs nearly as much:
+# early layers were never trained to predict the next token. Useful drafts are: a small model of
+# the same family, or a head trained on the target's hidden states (EAGLE-3).
 #
-# The articles' pair, Qwen2.5-0.5B for Qwen2.5-72B, is of the first kind, and does not work with
-# vLLM's defaults: their vocabulary sizes differ (a switch lets it run, with greedy drafting only).
+# The articles' pair, Qwen2.5-0.5B for Qwen2.5-72B, is of the first kind, but vLLM's defaults refuse
+# it: their vocabulary sizes differ (a switch lets it run, drafting greedily).
 #
 # :::{dropdown} How we know: the articles' pair and the GPU profiles
 # The articles' pair is of the first kind. Their words (the Japanese, German, Korean and Spanish
@@ -984,8 +984,10 @@ pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size i
 # ### Speedup against concurrency
 #
 # With b requests decoding together, a verification is a forward over b × (k + 1) tokens: once that
-# reaches the part where the cost climbs, every rejected draft token is paid for in arithmetic. The
-# dashed lines predict this from the measured forward costs; read them for their trend.
+# reaches the part where the cost climbs, every rejected draft token costs arithmetic. The dashed
+# lines predict this from the forward costs. Look for the b where a measured line falls below 1:
+# from there on speculation costs more than it saves, and a server under that load should turn it
+# off.
 #
 # :::{dropdown} How we know: how the prediction prices a batch, and throughput against latency
 # With b requests decoding together, a plain step is a forward over b tokens and a verification
@@ -1269,8 +1271,8 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=v).add
 # ### Is it lossless here?
 #
 # In exact arithmetic greedy speculative decoding gives the target's greedy tokens. In floating point
-# a verification sums in another order, and how far that can move a result is set by the dtype's
-# significand (the bits a number keeps for its digits):
+# a verification sums in another order, which can move a result by up to a rounding step of the
+# dtype:
 #
 # :::{dropdown} How we know: the rounding step
 # In exact arithmetic greedy speculative decoding gives the target's greedy tokens. In floating
@@ -1288,8 +1290,8 @@ pd.DataFrame([{"dtype": d, "significand bits (stored)": setup_check.MANTISSA_BIT
 
 # %% [markdown]
 # In float32 that step is far below the usual gap between the best two tokens; in a 16-bit dtype it is
-# tens of thousands of times larger, and a near tie (the best two tokens almost equally likely) can go
-# either way. Below, each answer against the plain server's, token by token:
+# tens of thousands of times larger, and a near tie (the best two tokens almost equally likely) can go either
+# way. Each answer against the plain server's, token by token:
 #
 # :::{dropdown} How we know: "within hardware numerics" and the near-tie rule
 # In float32 that step is far below the usual gap between the best token and the runner-up, and
@@ -1311,8 +1313,7 @@ results.save("speculative_greedy_equality", greedy.table, prof, dtype=prof.dtype
 greedy.table[["question", "compared", "same tokens", "first divergence", "tokens there", "near tie"]]
 
 # %% [markdown]
-# Now a 16-bit case: on the cpu profile a plain server and the model as its own draft answer the tasks
-# in `rounding_dtype`.
+# Now in 16 bits: a plain server and the model as its own draft answer in `rounding_dtype`.
 #
 # :::{dropdown} How we know: the 16-bit servers, and why the model as its own draft can differ
 # Now a 16-bit case. On the cpu profile, where everything above ran in float32, two more servers
@@ -1353,7 +1354,9 @@ print(agreement_by_dtype.round(3).to_string() if len(agreement_by_dtype) else ""
 shown
 
 # %% [markdown]
-# The nearest ties in the plain 16-bit answers, in nats (a difference of log-probabilities):
+# Above, an answer that leaves the plain one shows where; "stopped before the k-th token" counts
+# verifications where draft and target disagreed. A text can part only at a near tie. The nearest
+# ties in the plain 16-bit answers, in nats (a difference of log-probabilities):
 #
 # :::{dropdown} How we know: exact ties
 # What makes a disagreement possible is a near tie: a position where the best and the
@@ -1433,8 +1436,10 @@ pd.DataFrame({"field default": defaults["field defaults"],
 #
 # ## SGLang
 #
-# SGLang names its methods with `--speculative-algorithm` (EAGLE, EAGLE3, STANDALONE for a separate
-# draft model, NGRAM and more) and picks the draft's shape itself when not told. What it fills in:
+# Here SGLang's choices are read, not timed. It names its methods with `--speculative-algorithm`
+# (EAGLE, EAGLE3, STANDALONE for a separate draft model, NGRAM and more) and picks the draft's shape
+# itself: "steps" are draft passes, "top-k" the candidates per pass, "draft tokens" what the target
+# checks. What it fills in:
 #
 # :::{dropdown} How we know: SGLang's flags and their resolution
 # SGLang names its methods with `--speculative-algorithm`: EAGLE, EAGLE3, NEXTN (an alias of
@@ -1626,8 +1631,8 @@ pd.DataFrame([
 #   forward-cost curve first.
 # - Acceptance sets the gain: prompt lookup wins where answers copy the prompt; a useful draft is
 #   trained to predict the target, not cut from it.
-# - Under load, verifications leave the flat part of the curve: the chapter measured where each method
-#   becomes a slowdown. Check the batch sizes you serve.
+# - Under load, verifications leave the flat part of the curve and speculation becomes a slowdown:
+#   check the batch sizes you serve.
 # - vLLM's acceptance rate is not α: it counts drafted tokens that were never checked.
 # - Lossless holds with the defaults: greedy answers matched in float32, parting only at near ties in
 #   16 bits.
@@ -1635,12 +1640,10 @@ pd.DataFrame([
 # %% [markdown]
 # ## Exercises
 #
-# 1. (10 min, no engine) Take the cheapest draft model the chapter ran (on the cpu profile, the cut
-#    of the model's first quarter of layers). How high would its acceptance probability α have to
-#    be, at the chapter's k, for it to break even on this machine? Compare with its measured α.
-# 2. (30 min, take-home, no engine) With this machine's measured forward costs, which k up to the
-#    chapter's k maximises the speedup of prompt lookup at each concurrency of the sweep? The stub
-#    below says how to count.
+# 1. (10 min, no engine) How high would the cheapest draft's acceptance probability α have to be, at
+#    the chapter's k, to break even on this machine? Compare with its measured α.
+# 2. (30 min, take-home, no engine) With this machine's forward costs, which k up to the chapter's k
+#    maximises prompt lookup's speedup at each concurrency of the sweep? The stub says how to count.
 # 3. (5 min, no engine) From the depth sweep: how many layers does a cut need before it agrees with
 #    the target on half the tokens, and what would it gain even if it cost nothing to run?
 #
@@ -1688,11 +1691,12 @@ exercise_check.check(break_even_alpha, expected.break_even_cases(cheapest.name, 
 
 # %%
 # Exercise 2: your answer. Use prompt lookup's counters on the four tasks (`answers[ngram_name].counts`: `.drafts`
-# verifications, `.accepted` tokens, `.survival()`), not the sweep, which repeats one copying task. The i.i.d.
-# model need not fit prompt lookup: with k' <= k, E(k') = 1 + the sum of the first k' survival values. Hold fixed
-# which tokens the lookup drafts (drafted tokens, accepted plus one bonus each, in drafted / E(k') verifications),
-# count each step where it found nothing as one plain step, and price a step of b requests with
-# `load.batch_costs(k', 0.0, b, verify_cost)` and `live.predicted_speedup`.
+# verifications, `.accepted` tokens, `.survival()`), not the sweep, which repeats one copying task. For each k' <= k:
+#   1. E(k') = 1 + the sum of the first k' survival values (the i.i.d. model need not fit prompt lookup).
+#   2. The lookup drafts the same stretches whatever k' is: the tokens from verifications (accepted plus one bonus
+#      each) stay fixed, so there are (those tokens) / E(k') verifications; every other decode step is plain.
+#   3. Price them at b requests: `load.batch_costs(k', 0.0, b, verify_cost)[1]` is a verification in plain steps;
+#      `live.predicted_speedup(steps + 1, verifications, accepted, k', 0.0, that cost)` the speedup.
 
 
 def best_k(b: int) -> int:

@@ -17,10 +17,10 @@
 # The source articles end with advice: which engine to pick for which job, and a launch command
 # to copy. Their comparison rests on vendor benchmarks with no workload, versions or method (the
 # [claims ledger](../book/claims.md) lists them as unverifiable), and their commands were written
-# for older versions. This chapter does the three things a reader needs instead: it measures both
-# engines on the same model, the same workloads and the same client; it gives launch commands for
-# one GPU, four GPUs and two nodes that the engines' own parsers accept at the versions this book
-# pins; and it derives a selection guide from the measurements of this and the earlier chapters.
+# for older versions. This chapter does three things instead: it measures both engines on the same
+# model, workloads and client; it gives launch commands for one GPU, four GPUs and two nodes that
+# the engines' own parsers accept at the versions this book pins; and it derives a selection guide
+# from the measurements of this and the earlier chapters.
 #
 # Every measurement runs under a *profile*: this book's settings for one kind of machine, such as the
 # model, its data type and its context window (the most tokens one request may hold). The cpu profile
@@ -31,11 +31,7 @@
 # only the OpenAI-compatible HTTP API, so it can load an SGLang server exactly as it loads a vLLM
 # server: the same prompts, the same arrival times and the same code computing TTFT, ITL (both defined
 # in [chapter 01](01_serving_basics.ipynb)) and end-to-end latency. The engines are measured one at a
-# time, taking turns, so neither competes with the other for the machine while it is measured: on
-# the cpu profile both servers stay up side by side, on a GPU each round starts each server afresh.
-#
-# The chapter goes in that order: the runs with their figures and ratios, what those numbers can
-# and cannot tell, the launch recipes and their flags, and the selection guide.
+# time, taking turns, so neither competes with the other for the machine.
 
 # %% tags=["parameters"]
 profile = "auto"
@@ -86,11 +82,13 @@ pd.set_option("display.expand_frame_repr", False)  # a wide table prints whole r
 #
 # The KV cache holds the attention keys and values the model keeps for every token so it need not
 # recompute them; a prefix cache keeps them after a request ends, so that a later prompt opening the
-# same way skips that work. Four workloads: random prompts, first with a limit on the requests in
-# flight, then arriving at random times at a fixed mean rate; shared prefixes, a few long prompt
-# openings each followed by a short distinct part, where the prefix caches should help; long prompts,
-# a quarter of the context window each; and chapter 04's multi-turn conversations, where every turn
-# re-sends the conversation so far.
+# same way skips that work. Each workload asks one question:
+#
+# - **random prompts, at most c in flight**: what do more requests at once buy, and what do they cost?
+# - **random prompts arriving at random times**: when does a queue start to form?
+# - **shared prefixes**, long openings each followed by a short distinct part: do the prefix caches help?
+# - **long prompts** (a quarter of the context window) and **chapter 04's conversations** (every turn
+#   re-sends the conversation so far): how do prompt-heavy requests fare?
 #
 # :::{dropdown} How we know: how each workload is built and seeded
 # Four workloads. Random prompts, first with a limit c on the requests in flight (the client sends
@@ -117,13 +115,10 @@ pd.set_option("display.expand_frame_repr", False)  # a wide table prints whole r
 # costs do not land on the first measured run.
 # :::
 #
-# The table lists every run. Each engine serves with the profile's settings, the same for both: the
-# model, the data type, the context window, the requests at once, and one KV budget in tokens, the
-# profile's where it sets one, else two full-length requests. Both engines get the budget in
-# tokens, not a memory share, since the two engines read a memory share differently (the recipes
-# section below shows how). Prefix caching is on, each engine's default. The profile also adds flags
-# of its own to each engine; the cell after the runs prints both servers' full command lines and
-# the environment servelab sets for them.
+# The table lists every run. Both engines serve with the same settings from the profile: model, data
+# type, context window, requests at once, and one KV budget in tokens (in tokens, because the two
+# engines read a memory share differently; the recipes section shows how). Prefix caching is on, each
+# engine's default. The cell after the runs prints both servers' full command lines.
 
 # %%
 plans = h2h.plans(rounds, seed=seed, max_model_len=prof.max_model_len, input_tokens=input_tokens,
@@ -142,6 +137,11 @@ pd.DataFrame([{"run": r.name, "workload": r.workload, "prompts": r.prompts, "max
 # other, through the same benchmark client, and the server that goes first changes from round to
 # round. A slow stretch of the host then lands on both engines, and every ratio below comes with the
 # range of its rounds.
+#
+# In the two tables one row is one run in one round. Read `p50_ttft_ms` (the median wait for the
+# first token), `p50_itl_ms` (the median gap between tokens) and `output_throughput` (tokens per
+# second), and compare one run across its rounds: how far they differ is this host's noise, and the
+# reason every comparison below uses medians and ranges.
 #
 # :::{dropdown} How we know: how the rounds are arranged
 # The servers take turns: in each of `rounds` rounds every run goes to one server and then to the
@@ -191,14 +191,11 @@ for engine in engines:  # one table per engine, each printed whole
     display(shown[shown.engine.eq(engine)].reset_index(drop=True))
 
 # %% [markdown]
-# The servers as they ran: each command line and the environment servelab set for it, and the KV
-# capacity each engine reports having built from the same budget. The `cached_tokens` column above
-# is the growth of each engine's own counter of prompt tokens served from its prefix cache
-# (`vllm:prefix_cache_hits`, `sglang:cached_tokens`), read from the server before and after each
-# run. The two engines count different numbers for the same prompts: vLLM caches a prefix only in
-# whole KV blocks, of the size printed at the end of the ratios below, SGLang to the token ([chapter
-# 04](04_prefix_caching.ipynb)), and a request sent while another still computes their shared
-# prefix finds less.
+# The servers as they ran: each command line, and the KV cache each engine reports having built from
+# the same budget (`tokens`; `block_size` is the tokens per block). The `cached_tokens` column above
+# counts the prompt tokens each engine served from its prefix cache during a run. For the same
+# prompts the two engines count differently: vLLM caches a prefix only in whole KV blocks, SGLang
+# to the token ([chapter 04](04_prefix_caching.ipynb)).
 #
 # :::{dropdown} How we know: what the capacity table's columns mean
 # Each engine's row is what it reported building from the same budget in tokens: `block_size` is
@@ -279,11 +276,11 @@ print(f"  SGLang: --max-total-tokens {kv_tokens}")
 print(f"  vLLM:   --kv-cache-memory-bytes {kv_bytes}  ({kv_tokens} tokens x {kv_bytes // kv_tokens} bytes per token)")
 
 # %% [markdown]
-# The first figure is the concurrency sweep: time to first token, inter-token latency and output
-# throughput (output tokens per second over the whole run) as the limit on requests in flight grows.
-# Each line is the median, the shaded band runs from the median to the 90th percentile, and the
-# markers are the largest value. The axes start at zero, so the ratios between the lines can be read
-# off the picture.
+# The first figure is the concurrency sweep: time to first token (TTFT), inter-token latency and output
+# throughput as the limit on requests in flight grows. Each line is the median, the band reaches the
+# 90th percentile, a marker is the largest value. Read it left to right: while throughput climbs,
+# more requests at once are worth their extra wait; where it flattens and TTFT still climbs, they
+# buy only waiting. That knee is where to set the cap on running requests.
 #
 # :::{dropdown} How we know: what each point of the figure is
 # The first figure is the concurrency sweep. Each line is the median, the shaded band runs from
@@ -306,9 +303,11 @@ draw_sweep(sweep, "concurrency", ("output_throughput", N_("Output throughput"), 
 plt.show()
 
 # %% [markdown]
-# The second figure is the rate sweep: requests arrive at random times (a Poisson process with the
-# benchmark's seed, so both engines get the same arrival times) and nothing limits how many are in
-# flight. Where the rate exceeds what the server completes, requests queue and TTFT grows.
+# The second figure is the rate sweep: requests arrive at random times (the same times for both
+# engines) and nothing limits how many are in flight. Where the rate exceeds what the server
+# completes, requests queue and TTFT grows. Each rate sends only a few requests, so the completed
+# requests per second stay below the dotted rate sent even where the server keeps up: read the
+# direction of TTFT, not the height of the throughput.
 #
 # :::{dropdown} How we know: why completed requests stay below the rate sent
 # With so few requests per rate, each run is mostly its start and its tail: the completed requests
@@ -326,8 +325,9 @@ plt.show()
 # The ratios put both engines side by side: vLLM's value over SGLang's, for each run and round. A
 # latency ratio below 1, or a throughput ratio above 1, favours vLLM. The first table gives each
 # run's median round; the second, for three metrics, the lowest and highest round and the engine
-# that every round favoured (blank where the rounds disagree). A difference that is not there
-# would still put all rounds on one side by chance, with the probability printed below.
+# that every round favoured (blank where the rounds disagree). Even two equal engines put every
+# round on one side now and then, by chance: the probability printed below says how often, so
+# "every round agreed" is strong evidence only when that probability is small.
 #
 # :::{dropdown} How we know: which claims these ratios settle
 # These are what the [claims ledger](../book/claims.md) sets against the articles' benchmark figures
@@ -348,7 +348,7 @@ rounds_range = pd.concat({metric: h2h.ratio_spread(table, metric, lower_is_bette
 results.save("head_to_head_ratio_rounds", rounds_range.reset_index(), prof, rounds=rounds)
 print(f"With {rounds} rounds and no real difference, all rounds favour one engine by chance "
       f"{chance_of_agreement(rounds):.0%} of the time.")
-print(rounds_range.round(2).to_string())
+print(rounds_range.drop(columns="rounds").round(2).to_string())  # every run had `rounds` rounds
 
 # %%
 spread = ratio[["p50_ttft_ms", "p50_itl_ms", "output_throughput"]]
@@ -370,12 +370,12 @@ print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV b
 # %% [markdown]
 # ### What these numbers can and cannot tell about GPUs
 #
-# They can tell how the two engines' schedulers, caches and HTTP front ends behave under the same
-# requests: whether throughput grows with the requests in flight, whether TTFT climbs with load, and
-# whether a shared prefix or a re-sent conversation gets cheaper. On the cpu profile they cannot tell
-# how fast either engine is on a GPU, and the two engines do not run comparable code there, so the
-# engine-against-engine ratios rank these two set-ups, not the engines. The way to rank the engines
-# for a deployment is to run this notebook with a GPU profile.
+# What this run teaches on any machine: whether throughput grows with the requests in flight, whether
+# TTFT climbs with load, and whether a shared prefix or a re-sent conversation gets cheaper. What it
+# cannot teach on the cpu profile is which engine is faster: there SGLang runs slow fallbacks
+# without its CPU kernels, on one thread, while vLLM runs compiled CPU kernels, so the
+# engine-against-engine ratios rank these two set-ups, not the engines. To rank the engines for a
+# deployment, run this notebook with a GPU profile.
 #
 # :::{dropdown} How we know: why the cpu ratios rank set-ups, not engines
 # They can tell how the two engines' schedulers, caches and HTTP front ends behave under the same
@@ -409,7 +409,9 @@ print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV b
 # layer's weights split across the GPUs, which compute each layer together) and for two nodes (two
 # machines serving one model). Every command was handed to its engine's own parser, in the venv the
 # profile uses, without starting anything: the next cell prints each verdict, and the check after it
-# tests that every recipe and every corrected command is accepted.
+# tests that every recipe and every corrected command is accepted. A corrected form is the
+# smallest change the pinned engine accepts: today's entry point (`vllm serve`), today's flag and
+# model names, and, where the engine rejected the articles' form, what its printed error asks for.
 #
 # :::{dropdown} How we know: multi-node launches and the parser check
 # The articles' commands and their corrected forms (chapter 00 and the ledger's section on the
@@ -483,14 +485,16 @@ for r in book.recipes:
 # %% [markdown]
 # ### Every flag, and what it trades
 #
-# Two flags are often read as the same thing and are not. vLLM's `--gpu-memory-utilization` is a
-# share of the GPU's *total* memory, for weights, activations (the intermediate results of each
-# layer), CUDA graphs (recorded sequences of GPU work that replay with less launch overhead) and the
-# KV cache, which gets what is left after a profiling run (a trial pass that measures the peak memory
-# of the model's computation). SGLang's `--mem-fraction-static` decides the slack left for
-# activations and CUDA graph buffers: one minus the fraction, times the memory free before the
-# weights are loaded (not the total, whatever its own docstring, printed below, says). The next
-# cell reads both defaults from the engines' own classes and source.
+# Two flags look alike and are not:
+#
+# - vLLM's `--gpu-memory-utilization 0.9` says: *this process may use 90% of the GPU's total memory,
+#   for everything*. The weights come first, then the working memory of a trial pass, and the KV
+#   cache gets the rest.
+# - SGLang's `--mem-fraction-static 0.9` says: *keep 10% of the memory that was free before the
+#   weights were loaded as slack* for working memory; the KV cache gets what is free after the
+#   weights, minus that slack. Its own docstring, printed below, describes it otherwise.
+#
+# The next cell reads both defaults from the engines' own classes and source.
 #
 # :::{dropdown} How we know: what each memory flag computes
 # Two flags are often read as the same thing and are not. vLLM's `--gpu-memory-utilization` is
@@ -629,10 +633,9 @@ for _, row in selection.iterrows():
 # - **Compare engines with one client.** The same prompts, arrival times and latency code for both,
 #   the engines taking turns over several rounds: then a ratio between them is a measurement, with
 #   the range of its rounds.
-# - **More requests in flight buy throughput and cost waiting.** The chapter printed, per engine, what
-#   going from the fewest to the most requests in flight did to throughput and to median TTFT (the
-#   line after the ratio tables): weigh both when you set `--max-num-seqs` (SGLang:
-#   `--max-running-requests`).
+# - **More requests in flight buy throughput and cost waiting.** The line after the ratio tables
+#   printed, per engine, what the most requests in flight did to throughput and to median TTFT: weigh
+#   both when you set `--max-num-seqs` (SGLang: `--max-running-requests`).
 # - **Rank engines on the hardware you will serve on.** On the cpu profile the ratios rank two CPU
 #   set-ups, not the engines; run the same cells with a GPU profile before you choose.
 # - **The same memory number means different things.** vLLM's `--gpu-memory-utilization` is a share
@@ -652,7 +655,8 @@ for _, row in selection.iterrows():
 #    each GPU holds in the two layouts with `recipes.refit`.
 # 3. (10 min, no engine) Does either engine win every run? Count, per metric, the runs where the
 #    median round favours vLLM, name the run whose throughput ratio is farthest from even, and count,
-#    per metric, the runs where every round favoured the same engine (`rounds_range`, above).
+#    per metric, the runs where every round favoured the same engine (`rounds_range`, above). Then say
+#    why, on the cpu profile, this does not tell you which engine is faster on your GPU.
 #
 # Fill in each stub, then run its check; solutions are hidden below.
 
@@ -733,7 +737,8 @@ exercise_check.check(answers.recipe_facts(lambda: tp8_command), answers.recipe_c
 
 
 def runs_favouring_vllm(metric: str) -> int:
-    """How many runs favour vLLM on `metric` ("TTFT p50", "ITL p50" or "throughput")."""
+    """How many runs favour vLLM on `metric`: "TTFT p50" (`ratio.p50_ttft_ms` below 1), "ITL p50"
+    (`ratio.p50_itl_ms` below 1) or "throughput" (`ratio.output_throughput` above 1)."""
     raise NotImplementedError
 
 
@@ -760,3 +765,6 @@ exercise_check.check(runs_favouring_vllm, answers.wins_cases(ratio), title="Solu
 agreed = (rounds_range["favoured in every round"] != "").groupby(level="metric").sum()
 print(f"Every round favoured the same engine in {agreed.to_dict()} of {len(ratio)} runs per metric "
       f"({rounds} rounds each; by chance alone {chance_of_agreement(rounds):.0%} of runs with no real difference).")
+# Why this does not rank the engines on your GPU: on the cpu profile SGLang runs torch fallbacks on one thread
+# while vLLM runs compiled CPU kernels ("What these numbers can and cannot tell about GPUs"), so a win here is
+# the set-up's. On a GPU profile the same cells compare the engines' CUDA paths.

@@ -64,11 +64,14 @@ def test_engine_notebooks_check_an_engine_result(source):
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_every_check_cell_printed_true(source):
-    """What nbval compares in a chapter it does not re-execute is what the committed notebook printed."""
+    """What nbval compares in a chapter it does not re-execute is what the committed notebook printed. A GPU
+    profile's run (the GPU workflow runs this test on it) may print "n/a" for a claim its profile cannot make; the
+    cpu profile must test every claim."""
     nb = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    allowed = {"True"} if nb.metadata.get("servelab", {}).get("profile", "cpu") == "cpu" else {"True", "n/a"}
     for cell in [c for c in _code(nb) if c.source.startswith("# NBVAL_CHECK_OUTPUT")]:
         text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-        assert text.split() and set(text.split()) == {"True"}, f"checked cell is not all True: {cell.source!r}"
+        assert text.split() and set(text.split()) <= allowed, f"checked cell is not all True: {cell.source!r}"
 
 
 def _reexecuted(session: pytest.Session) -> set[str]:
