@@ -922,7 +922,7 @@ if cut_drafts:
 else:
     ran = pd.DataFrame(columns=["draft layers", "agree (one per answer)"])
     print(f"skipped: profile {prof.name} serves {prof.model}, not a local model to cut drafts from")
-ran.drop(columns=["engine", "replayed"], errors="ignore")
+ran.drop(columns=["engine", "replayed"], errors="ignore").round(2)
 
 # %%
 # NBVAL_CHECK_OUTPUT
