@@ -48,5 +48,39 @@ rm -f "$stale"
 SERVELAB_RESULTS="$(mktemp -d)"
 cp -r results/. "$SERVELAB_RESULTS/"
 export SERVELAB_RESULTS
-exec python -m pytest tests "${notebooks[@]}" --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
-  -p no:cacheprovider --durations=30 "$@"
+# Three pytest sessions. The tests that start engine servers (marker `server`), with the GPU profiles' plans (many
+# engine-parser runs), and all the other tests run side by side, each mostly on one core (engine imports, parsers,
+# the book build); then the stale chapters run under nbval alone, on a quiet machine, since they time the engines,
+# with tests/test_notebooks.py, which must see them in its session. The two sides are about equally long.
+# Each session notes its engine starts (tests/conftest.py); the last session's count is the whole run's.
+logs="$(mktemp -d)"
+plans=(tests/test_launch_plan.py tests/test_gpu_profiles.py)
+common=(--ignore tests/test_notebooks.py -p no:cacheprovider --durations=15)
+start=$(date +%s)
+set +e
+(
+  export SERVELAB_START_LOG="$logs/servers.jsonl"
+  python -m pytest tests -m server "${common[@]}" "$@"
+  first=$?
+  python -m pytest "${plans[@]}" -m "not server" "${common[@]}" "$@"
+  second=$?
+  [ "$first" = 0 ] || exit "$first"
+  exit "$second"
+) > "$logs/servers.log" 2>&1 &
+servers=$!
+SERVELAB_START_LOG="$logs/rest.jsonl" python -m pytest tests -m "not server" "${plans[@]/#/--ignore=}" "${common[@]}" "$@"
+rest=$?
+wait "$servers"
+server_rc=$?
+echo "[test] the tests that start engine servers, then the GPU profiles' plans, run beside the others:"
+cat "$logs/servers.log"
+echo "[test] the side-by-side sessions took $(( $(date +%s) - start )) s"
+cat "$logs/servers.jsonl" "$logs/rest.jsonl" > "$logs/starts.jsonl" 2>/dev/null
+SERVELAB_START_LOG="$logs/starts.jsonl" python -m pytest tests/test_notebooks.py "${notebooks[@]}" --nbval-lax \
+  --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=15 "$@"
+chapters=$?
+echo "[test] exit status: servers $server_rc, other tests $rest, chapters and notebooks $chapters (5: none collected)"
+[ "$server_rc$rest$chapters" != 555 ] || exit 1  # never pass by testing nothing
+for rc in "$server_rc" "$rest" "$chapters"; do
+  [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit 1
+done
