@@ -174,6 +174,10 @@ plans = pd.DataFrame([
 ]).rename(columns={"max_sequences": fits})
 results.save("kv_plans", plans, prof, utilization=utilization, overhead_gib=0,
              note="upper bound: no activations, CUDA graphs or driver memory reserved")
+none_fit = plans.groupby("model")[fits].max().loc[lambda m: m == 0].index
+for name, weights in plans[plans.model.isin(none_fit)].groupby("model").weights_gib.first().items():
+    print(f"{name}: bf16 weights {weights:.1f} GiB, more than the largest share, {utilization} x "
+          f"{max(gpu_memory_gib)} GiB = {utilization * max(gpu_memory_gib):.1f} GiB")
 plans.pivot_table(index=["model", "memory_gib"], columns="context_len", values=fits)
 
 # %% [markdown]
@@ -271,7 +275,8 @@ pd.Series(check)
 # block. When the budget is a whole number of blocks, a per-token size in vLLM larger than the
 # formula's by a single number in a single layer would leave the last block short, and vLLM would
 # build one block fewer. One block is a small share of the budget, printed below; a tolerance of a
-# few percent would let a wrong formula pass.
+# few percent would let a wrong formula pass. So the check also demands that the budget is a whole
+# number of blocks, as every profile's is.
 #
 # The check is one-sided. A per-token size in vLLM larger than the formula's loses a block; a
 # smaller one would leave vLLM a surplus that shows only once it adds up to a whole block, so small
@@ -297,7 +302,8 @@ print({"budget is a whole number of blocks": kv_cache_tokens % built["block_size
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(check["engine_tokens"] == check["planned_tokens"])
+# vLLM built exactly the planned tokens; and the budget is whole blocks, so one missing block would show
+print(check["engine_tokens"] == check["planned_tokens"], kv_cache_tokens % built["block_size"] == 0)
 
 # %% [markdown]
 # ## The same budget in SGLang
@@ -343,6 +349,8 @@ sgl_check = {
                                                             formula_bytes),
     "rounding, share of the buffers (%)": 100 * SGLANG_KV_GIB_HALF_STEP / sgl_built["kv_gib"],
     "one number per token in one layer, share (%)": 100 * kv_memory.dtype_bytes(prof.dtype) / formula_bytes,
+    "one layer, share (%)": 100 / served.num_hidden_layers,
+    "one KV head, share (%)": 100 / served.num_key_value_heads,
     "vLLM engine_tokens": built["tokens"],
 }
 results.save("kv_capacity_check_sglang", sgl_check, prof)
@@ -363,8 +371,9 @@ pd.Series(sgl_check)
 # (`get_kv_size_bytes` in `sglang/srt/mem_cache/memory_pool.py`). Those buffers hold the pool plus
 # one padding page. The prediction multiplies those tokens by the formula's bytes per token; the
 # second check demands that the two agree within SGLang's rounding, printed as a share of the
-# buffers below, beside the share one number per token in one layer would make: errors larger than
-# the rounding, such as a layer or a KV head too many or too few, are caught; smaller ones are not.
+# buffers below, beside the shares one number per token in one layer, one whole layer and one KV head
+# would make: errors larger than the rounding, such as a layer or a KV head too many or too few, are
+# caught (the check's second line demands that the rounding is smaller than both); smaller ones are not.
 # :::
 
 # %%
@@ -372,6 +381,9 @@ pd.Series(sgl_check)
 print(sgl_check["engine_tokens"] == sgl_check["planned_tokens (engine's page size)"],
       abs(sgl_check["engine K+V buffers (GiB, SGLang's own)"] - sgl_check["planned K+V buffers (GiB, formula)"])
       <= SGLANG_KV_GIB_HALF_STEP + 1e-9)
+# the rounding is smaller than a layer or a KV head too many or too few would make, so such an error is caught
+print(sgl_check["rounding, share of the buffers (%)"]
+      < min(sgl_check["one layer, share (%)"], sgl_check["one KV head, share (%)"]))
 
 # %% [markdown]
 # ## What the source articles say about traffic, and what the engines do
