@@ -238,7 +238,8 @@ runs.round(2)
 # %%
 print({"vLLM OpenMP threads (cores its log lists)":
        vllm_omp_threads(vllm_log) if "core ids=" in vllm_log else "none listed (no CPU binding in this build)",
-       "SGLang OMP_NUM_THREADS (servelab's setting on the cpu profile)": 1})
+       "SGLang OMP_NUM_THREADS (the environment servelab started it with)":
+       sglang.spec.env.get("OMP_NUM_THREADS", "not set")})
 
 # %% [markdown]
 # ## Do the engines agree?
@@ -259,8 +260,8 @@ print({"vLLM OpenMP threads (cores its log lists)":
 #
 # So the check depends on the dtype, not on the hardware. Where the dtype is float32 (the `cpu`
 # profile), the claim is empirical, for these questions: their smallest margins between the best
-# and second-best candidate, shown below, are many orders of magnitude above what float32 rounding
-# moves a logit, and the check claims that every source produced exactly the same tokens. A
+# and second-best candidate, shown below beside the dtype's rounding step, are far above what
+# float32 rounding moves a logit, and the check claims that every source produced exactly the same tokens. A
 # different question with a near-exact tie could still flip in float32. There the notebook also
 # runs the model's reference implementation, plain Hugging Face transformers in float32 on the
 # CPU, as a third source. Where the dtype is bfloat16 (the GPU profiles), exact agreement is not

@@ -33,7 +33,7 @@ MANTISSA_BITS = {"float32": 23, "float16": 10, "bfloat16": 7}
 EXACT_DTYPES = frozenset({"float32"})
 CANDIDATES = 5  # top alternatives each engine reports per generated token
 # A divergence counts as rounding only between each side's best two candidates, this close (nats) on both
-# sides: a few times what one bfloat16 rounding (2**-8 relative) does to logits of magnitude ~10-30.
+# sides: a few times |z| x eps for logits of magnitude |z| ~ 10-30 and bfloat16's eps = 2**-7 (rounding_step).
 NEAR_TIE_RANK, NEAR_TIE_NATS = 2, 0.5
 # The dtype the chapter compares a profile's dtype with: bfloat16 beside float32, float32 beside the 16-bit
 # dtypes. Not float16 beside bfloat16: Qwen2.5 was trained in bfloat16, and float16's smaller range can overflow
