@@ -244,12 +244,15 @@ pd.DataFrame([{"server": c.label, "flags": c.options(), "calibrated here": c.cal
 # The `reported` columns are what each running server says about its own budget: SGLang's
 # `/server_info`, and for vLLM the budget its scheduler config writes to the server log at start.
 # vLLM's own `/server_info` returns the whole `vllm_config`, scheduler config included, but only on
-# a server started with `VLLM_SERVER_DEV_MODE=1` (`register_vllm_dev_api_routers` in
-# `vllm/entrypoints/serve/__init__.py`; `show_server_info` in
+# a server started with `VLLM_SERVER_DEV_MODE=1`: `register_api_routers` in
+# `vllm/entrypoints/launchers/api_server/routers.py` adds the development routes only then
+# (`register_vllm_dev_api_routers` in `vllm/entrypoints/serve/__init__.py`; `show_server_info` in
 # `vllm/entrypoints/serve/dev/server_info/api_router.py`), a development mode servelab leaves off.
-# SGLang's `max_prefill_tokens` is its cap on the prompt tokens of one prefill batch, raised to the
-# model's context length where that is larger (`max_prefill_tokens` in
-# `sglang/srt/arg_groups/fields/schedule.py`); the chunk size, not this cap, cuts the long prompt here.
+# SGLang's `max_prefill_tokens` is its cap on the prompt tokens of one prefill batch: the scheduler
+# hands it to its `PrefillAdder` (`sglang/srt/managers/schedule_policy.py`) as the batch's budget of
+# input tokens (its help text, `max_prefill_tokens` in `sglang/srt/arg_groups/fields/schedule.py`,
+# says the real bound is the larger of it and the model's context length). The chunk size, not this
+# cap, cuts the long prompt here.
 # :::
 #
 
@@ -477,7 +480,7 @@ for cfg in configs:
     ax.plot(want.long_ttft_s, want.itl_p90_s, "o", color=color, markerfacecolor="white")
 ax.plot([], [], "o", color="0.3", label=plots.label("measured (a server)"))
 ax.plot([], [], "o", color="0.3", markerfacecolor="white", label=plots.label("predicted for that server"))
-ax.set_yscale("log")  # vLLM's gaps and SGLang's without mixed chunk differ tenfold: both stay in view
+ax.set_yscale("log")  # the engines' gaps lie far apart: on a log axis every series stays in view
 ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
 ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
 ax.yaxis.set_minor_formatter(ticker.NullFormatter())
