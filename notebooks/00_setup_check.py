@@ -238,7 +238,7 @@ runs.round(2)
 # %%
 print({"vLLM OpenMP threads (cores its log lists)":
        vllm_omp_threads(vllm_log) if "core ids=" in vllm_log else "none listed (no CPU binding in this build)",
-       "SGLang OMP_NUM_THREADS (the environment servelab started it with)":
+       "SGLang OMP_NUM_THREADS (set by servelab; else inherited)":
        sglang.spec.env.get("OMP_NUM_THREADS", "not set")})
 
 # %% [markdown]

@@ -188,9 +188,9 @@ pd.Series(machine).round(1)
 # %% [markdown]
 # Now the engine: a plain vLLM server and one per way of drafting. **Prompt lookup** (vLLM's `ngram`
 # method) needs no draft model: it finds the last few tokens earlier in the context and proposes what
-# followed them there. A **draft model** must share the target's tokenizer; none is smaller than the
-# cpu profile's SmolLM2-135M, so there the drafts are cut from it: its first L layers, or the whole
-# **model as its own draft**.
+# followed them there. By vLLM's default a **draft model** must share the target's tokenizer; none is
+# smaller than the cpu profile's SmolLM2-135M, so there the drafts are cut from it: its first L
+# layers, or the whole **model as its own draft**.
 #
 # :::{dropdown} How we know: the tokenizer rule and SmolLM2's family
 # By default a draft model must share the target's tokenizer: vLLM checks that the vocabulary sizes
@@ -310,8 +310,8 @@ pd.DataFrame({"fastest (ms)": 1000 * fastest, "cost in one-token passes": fastes
 print((costs.cached_tokens == costs.prefix_tokens).all(), verify_cost(k + 1) < 1.5)
 
 # %% [markdown]
-# The time is flat for the first few tokens, then climbs in a straight line: a pass over k + 1 tokens
-# costs far less than k + 1 passes over one.
+# The time grows far more slowly than the tokens: a pass over k + 1 tokens costs far less than k + 1
+# passes over one.
 #
 # :::{dropdown} How we know: the checks, the dip and the gap to the roofline
 # The first check says every measured request found its whole prefix in the cache (so it really
@@ -623,11 +623,11 @@ tasks[["method", "task", "tokens", "drafts", "acceptance rate", "tokens per veri
        "speedup lowest", "speedup highest", "predicted speedup", "c that fits"]].round(2)
 
 # %% [markdown]
-# One row per method and task: `drafts` counts verifications, `acceptance rate` is vLLM's (below α,
-# as above), `speedup` is over the plain server. The prediction charges a verification k c + v(k + 1)
-# plain steps, v(n) being the measured cost of a pass over n tokens and c the draft's (0 for prompt
-# lookup). `c that fits` would make prediction and measurement agree: rough, and noise can push it
-# below 0.
+# One row per method and task: `drafts` counts verifications, `acceptance rate` is vLLM's (never above
+# α, as above), `speedup` is over the plain server. The prediction charges a verification
+# k c + v(k + 1) plain steps, v(n) being the measured cost of a pass over n tokens and c the draft's
+# (0 for prompt lookup). `c that fits` would make prediction and measurement agree (rough; noise can
+# push it below 0).
 #
 # :::{dropdown} How we know: the prediction, and the c that fits
 # The prediction counts each verification as k c + v(k + 1) target steps, with v measured above,
@@ -800,9 +800,9 @@ print(f"sweep task: {sweep_prompt_tokens} prompt tokens + {sweep_tokens} generat
 sweep_fit.round(2)
 
 # %% [markdown]
-# A survival curve: per draft position, the share of verifications whose first i + 1 draft tokens were
-# all accepted. Dotted, α^(i+1) under independent (i.i.d.) acceptances, fitted to the total accepted,
-# not to the shape: all-or-nothing drafts start below it and end above it.
+# A survival curve: per draft position i (from 0), the share of verifications whose first i + 1 draft
+# tokens were all accepted. Dotted, α^(i+1) under independent (i.i.d.) acceptances, α fitted by
+# maximum likelihood, not to the shape: all-or-nothing drafts start below it and end above it.
 #
 # :::{dropdown} How we know: the fit
 # Per draft position, the counters form a survival curve: the share of verifications whose first
@@ -854,7 +854,7 @@ survival.groupby("method", sort=False)[["drafts", "every draft had k tokens", "a
 # ### Drafts cut from the model, at every depth
 #
 # Every depth can be tried without an engine: one pass of the full model keeps every layer's output,
-# and a replay of vLLM's greedy verification gives each depth's counters.
+# and replaying vLLM's greedy verification gives each depth's counters.
 #
 # :::{dropdown} How we know: the replay, and where it runs
 # This part runs where the drafts are cut from the model itself (the cpu profile); on a GPU
@@ -986,8 +986,8 @@ pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size i
 # With b requests decoding together, a verification is a forward over b × (k + 1) tokens: once that
 # reaches the part where the cost climbs, every rejected draft token costs arithmetic. The dashed
 # lines predict this from the forward costs. Look for the b where a measured line falls below 1:
-# from there on speculation costs more than it saves, and a server under that load should turn it
-# off.
+# from there on speculation costs more than it saves, so turn it off there; where none falls,
+# see how fast its gain shrinks.
 #
 # :::{dropdown} How we know: how the prediction prices a batch, and throughput against latency
 # With b requests decoding together, a plain step is a forward over b tokens and a verification
@@ -1584,8 +1584,8 @@ summary.round(2).T
 # prompt and almost never on free writing, and a draft cut from the model is accepted rarely at any
 # depth that would be cheap. The second is cost: verifying k + 1 tokens costs about one step only
 # while a pass stays in the flat part of the forward-cost curve. On a GPU that is where a pass is
-# bound by memory bandwidth; on the cpu profile it is where per-step overhead dominates, as the
-# decode table showed. With more requests in flight the verifications leave the flat part, and a
+# bound by memory bandwidth; on the cpu profile the small table after the decode table says whether
+# bandwidth or per-step overhead dominates on this run. With more requests in flight the verifications leave the flat part, and a
 # draft model's passes grow with them: the summary gives, per method, the concurrency of the sweep
 # from which on it decodes slower than plain vLLM in every round, at that b and every larger one,
 # measured and predicted from the forward costs (the concurrency section says by how much the
@@ -1645,7 +1645,7 @@ pd.DataFrame([
 # 2. (30 min, take-home, no engine) With this machine's forward costs, which k up to the chapter's k
 #    maximises prompt lookup's speedup at each concurrency of the sweep? The stub says how to count.
 # 3. (5 min, no engine) From the depth sweep: how many layers does a cut need before it agrees with
-#    the target on half the tokens, and what would it gain even if it cost nothing to run?
+#    the target on half the tokens, and what would it gain if it ran for free?
 #
 # Fill in each stub, then run its check; solutions are hidden below.
 

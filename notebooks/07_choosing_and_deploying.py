@@ -488,8 +488,8 @@ for r in book.recipes:
 # Two flags look alike and are not:
 #
 # - vLLM's `--gpu-memory-utilization 0.9` says: *this process may use 90% of the GPU's total memory,
-#   for everything*. The weights come first, then the working memory of a trial pass, and the KV
-#   cache gets the rest.
+#   for everything*. The weights come first, then the working memory of a trial pass and of CUDA
+#   graphs, and the KV cache gets the rest.
 # - SGLang's `--mem-fraction-static 0.9` says: *keep 10% of the memory that was free before the
 #   weights were loaded as slack* for working memory; the KV cache gets what is free after the
 #   weights, minus that slack. Its own docstring, printed below, describes it otherwise.
@@ -634,8 +634,8 @@ for _, row in selection.iterrows():
 #   the engines taking turns over several rounds: then a ratio between them is a measurement, with
 #   the range of its rounds.
 # - **More requests in flight buy throughput and cost waiting.** The line after the ratio tables
-#   printed, per engine, what the most requests in flight did to throughput and to median TTFT: weigh
-#   both when you set `--max-num-seqs` (SGLang: `--max-running-requests`).
+#   printed, per engine, what going from the fewest to the most requests in flight did to throughput
+#   and median TTFT: weigh both when you set `--max-num-seqs` (SGLang: `--max-running-requests`).
 # - **Rank engines on the hardware you will serve on.** On the cpu profile the ratios rank two CPU
 #   set-ups, not the engines; run the same cells with a GPU profile before you choose.
 # - **The same memory number means different things.** vLLM's `--gpu-memory-utilization` is a share
