@@ -955,7 +955,7 @@ best_shallow
 
 # %% [markdown]
 # A cut is accepted rarely until it is nearly the whole model, and then it costs nearly as much:
-# early layers were never trained to predict the next token. Useful drafts are: a small model of
+# early layers were never trained to predict the next token. Useful drafts are trained to: a small model of
 # the same family, or a head trained on the target's hidden states (EAGLE-3).
 #
 # The articles' pair, Qwen2.5-0.5B for Qwen2.5-72B, is of the first kind, but vLLM's defaults refuse
@@ -1388,7 +1388,7 @@ margins.round(3)
 print(greedy.holds, rounding.holds)
 
 # %% [markdown]
-# A text changed by rounding is not a worse text: both are greedy answers of the same model.
+# A text changed by rounding is no worse: both are greedy answers of the same model.
 #
 # :::{dropdown} How we know: what the checks cover, and sampling
 # The first check: every speculative answer has the plain answer's tokens where the dtype is

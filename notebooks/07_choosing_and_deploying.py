@@ -191,8 +191,8 @@ for engine in engines:  # one table per engine, each printed whole
     display(shown[shown.engine.eq(engine)].reset_index(drop=True))
 
 # %% [markdown]
-# The servers as they ran: each command line, and the KV cache each engine reports having built from
-# the same budget (`tokens`; `block_size` is the tokens per block). The `cached_tokens` column above
+# The servers as they ran: each command line, and the KV cache each engine built from the same budget
+# (`tokens`, in blocks of `block_size` tokens). The `cached_tokens` column above
 # counts the prompt tokens each engine served from its prefix cache during a run. For the same
 # prompts the two engines count differently: vLLM caches a prefix only in whole KV blocks, SGLang
 # to the token ([chapter 04](04_prefix_caching.ipynb)).
@@ -242,9 +242,9 @@ print(*(bool((by.loc[(e, heavy), "output_throughput"] > by.loc[(e, light), "outp
 # command the next cell prints (this chapter's busiest random-prompt run) with your server's address
 # for `YOUR-HOST` and your model's name and tokenizer. To compare two engines
 # fairly, give both the same KV cache in tokens: SGLang takes tokens (`--max-total-tokens`), vLLM
-# takes bytes per GPU (`--kv-cache-memory-bytes`), the tokens times the bytes of keys and values
-# one token of the model needs (divided by N with `--tensor-parallel-size N`); the cell prints that
-# product for this run's model.
+# takes bytes per GPU (`--kv-cache-memory-bytes`): the tokens times the bytes per token, 2 (K and V)
+# × layers × KV heads × head size × bytes per number, divided by N with `--tensor-parallel-size N`.
+# The cell prints that product for this run's model.
 #
 # :::{dropdown} How we know: three of the flags this book's servers add
 # `--enforce-eager` makes vLLM run the model as plain PyTorch, skipping the compilation its CPU
@@ -280,7 +280,9 @@ print(f"  vLLM:   --kv-cache-memory-bytes {kv_bytes}  ({kv_tokens} tokens x {kv_
 # throughput as the limit on requests in flight grows. Each line is the median, the band reaches the
 # 90th percentile, a marker is the largest value. Read it left to right: while throughput climbs,
 # more requests at once are worth their extra wait; where it flattens and TTFT still climbs, they
-# buy only waiting. That knee is where to set the cap on running requests.
+# buy only waiting. That knee is where to set your server's cap on running requests (`--max-num-seqs`;
+# here the client set the limit). If throughput still climbs at the largest limit, there is no knee
+# yet: widen `concurrencies`.
 #
 # :::{dropdown} How we know: what each point of the figure is
 # The first figure is the concurrency sweep. Each line is the median, the shaded band runs from
@@ -322,7 +324,8 @@ draw_sweep(by_rate, "rate", ("request_throughput", N_("Completed requests"), N_(
 plt.show()
 
 # %% [markdown]
-# The ratios put both engines side by side: vLLM's value over SGLang's, for each run and round. A
+# The ratios put both engines side by side: vLLM's value over SGLang's, for each run and round (on the
+# cpu profile, two set-ups rather than the engines, as the next section explains). A
 # latency ratio below 1, or a throughput ratio above 1, favours vLLM. The first table gives each
 # run's median round; the second, for three metrics, the lowest and highest round and the engine
 # that every round favoured (blank where the rounds disagree). Even two equal engines put every
@@ -407,9 +410,9 @@ print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV b
 # A launch command helps only if the engine accepts it. This section gives the articles' commands and
 # their corrected forms, and launch commands for one GPU, for four GPUs with tensor parallelism (every
 # layer's weights split across the GPUs, which compute each layer together) and for two nodes (two
-# machines serving one model). Every command was handed to its engine's own parser, in the venv the
-# profile uses, without starting anything: the next cell prints each verdict, and the check after it
-# tests that every recipe and every corrected command is accepted. A corrected form is the
+# machines serving one model). Every command was handed to its engine's own parser without starting
+# anything: the next cell prints each verdict, and the check after it demands that every recipe and
+# corrected command is accepted. A corrected form is the
 # smallest change the pinned engine accepts: today's entry point (`vllm serve`), today's flag and
 # model names, and, where the engine rejected the articles' form, what its printed error asks for.
 #
@@ -473,8 +476,10 @@ print(bool(verdicts[verdicts.form == "corrected"].accepted.all()),
 print(recipes.unexplained(book) == [])
 
 # %% [markdown]
+# :::{dropdown} How we know: the Ray cluster start
 # Two-node recipes also need what runs before them; the Ray recipe's cluster start is shown here,
 # not parsed, since it is Ray's command, not vLLM's.
+# :::
 
 # %%
 for r in book.recipes:
@@ -568,7 +573,7 @@ print(bool(fits.fits.all()))
 print(not alone["fits"])
 
 # %% [markdown]
-# With those definitions, the table explains every flag the recipes use. `--max-num-seqs`
+# `--max-num-seqs`
 # (SGLang: `--max-running-requests`) caps the requests running at once: the more run, the fewer
 # tokens each can hold before the scheduler must queue or preempt (chapter 03). `--max-model-len`
 # (SGLang: `--context-length`) caps one request; vLLM allocates KV blocks as tokens arrive, so it
@@ -619,7 +624,8 @@ for _, row in selection.iterrows():
 # Read it as where to start, not as a verdict: each row is a few rounds on one machine, and the
 # leaning is the measured direction, not a margin that would hold on another model or GPU. Two rows
 # can point different ways for the same workload: a prefix-cache hit rate counts cached tokens
-# only, while a latency includes everything else each engine spends per step.
+# only, while a latency includes everything else each engine spends per step. So a hit-rate row may
+# lean even on the cpu profile, where no engine-against-engine timing does.
 #
 # :::{dropdown} How we know: where the articles' guide and this one disagree
 # Where the articles' guide (ledger rows `guide-vllm-for-rag`, `guide-sglang-for-json`,
@@ -630,9 +636,8 @@ for _, row in selection.iterrows():
 # %% [markdown]
 # ## What to remember
 #
-# - **Compare engines with one client.** The same prompts, arrival times and latency code for both,
-#   the engines taking turns over several rounds: then a ratio between them is a measurement, with
-#   the range of its rounds.
+# - **Compare engines with one client.** Same prompts, arrival times and latency code, the engines
+#   taking turns over several rounds: then a ratio between them is a measurement, with a range.
 # - **More requests in flight buy throughput and cost waiting.** The line after the ratio tables
 #   printed, per engine, what going from the fewest to the most requests in flight did to throughput
 #   and median TTFT: weigh both when you set `--max-num-seqs` (SGLang: `--max-running-requests`).
@@ -642,7 +647,7 @@ for _, row in selection.iterrows():
 #   of total GPU memory; SGLang's `--mem-fraction-static` leaves one minus the fraction of the memory
 #   free before loading as slack. To give both engines the same KV cache, give it in tokens.
 # - **Check a launch command before you rent the GPU.** Hand it to the engine's own parser, and check that
-#   the weights plus one full-length request fit the share it gives the engine on your GPU.
+#   the weights plus one full-length request fit its share of your GPU.
 
 # %% [markdown]
 # ## Exercises
