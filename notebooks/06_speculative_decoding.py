@@ -1585,7 +1585,8 @@ summary.round(2).T
 # depth that would be cheap. The second is cost: verifying k + 1 tokens costs about one step only
 # while a pass stays in the flat part of the forward-cost curve. On a GPU that is where a pass is
 # bound by memory bandwidth; on the cpu profile the small table after the decode table says whether
-# bandwidth or per-step overhead dominates on this run. With more requests in flight the verifications leave the flat part, and a
+# bandwidth or per-step overhead dominates on this run. With more requests in flight the
+# verifications leave the flat part, and a
 # draft model's passes grow with them: the summary gives, per method, the concurrency of the sweep
 # from which on it decodes slower than plain vLLM in every round, at that b and every larger one,
 # measured and predicted from the forward costs (the concurrency section says by how much the
