@@ -7,6 +7,10 @@ Markers (declared in pyproject.toml; --strict-markers rejects any other):
   book         builds the HTML book
 Every other test is fast and needs none of these: `./test.sh --fast` runs them alone.
 
+Scripts run inside engine venvs (`engine_envs.run_script`) go through fork servers that import the engine once
+(servelab.machine.warm_scripts; tests/test_warm_scripts.py shows they answer as a fresh interpreter does).
+SERVELAB_COLD_SCRIPTS=1 runs each in a fresh interpreter, as the chapters do.
+
 That the markers tell the truth is tested, not trusted: with SERVELAB_FAST=1 the whole session
 runs with SERVELAB_HOME pointed at an empty temporary folder, so an unmarked test that needs an
 engine venv or the model fails (`./test.sh --fast` sets it). And a test that asks for the
@@ -25,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.machine import engine_envs, locks, models, profiles
+from servelab.machine import engine_envs, locks, models, profiles, warm_scripts
 
 ENGINE_MARKERS = ("engine_venv", "server")
 _fast_home: str | None = None
@@ -33,6 +37,8 @@ _fast_home: str | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     global _fast_home
+    if os.environ.get("SERVELAB_COLD_SCRIPTS") != "1":
+        warm_scripts.install()
     if os.environ.get("SERVELAB_FAST") == "1":
         _fast_home = tempfile.mkdtemp(prefix="servelab-fast-home-")
         os.environ["SERVELAB_HOME"] = _fast_home
