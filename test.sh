@@ -52,7 +52,8 @@ export SERVELAB_RESULTS
 # engine-parser runs), and all the other tests run side by side, each mostly on one core (engine imports, parsers,
 # the book build); then the stale chapters run under nbval alone, on a quiet machine, since they time the engines,
 # with tests/test_notebooks.py, which must see them in its session. The two sides are about equally long.
-# Each session notes its engine starts (tests/conftest.py); the last session's count is the whole run's.
+# Each session notes its engine starts (tests/conftest.py); the last session's count is the whole run's. Scripts
+# run inside engine venvs go through fork servers that import the engine once (servelab/machine/warm_scripts.py).
 logs="$(mktemp -d)"
 plans=(tests/test_launch_plan.py tests/test_gpu_profiles.py)
 common=(--ignore tests/test_notebooks.py -p no:cacheprovider --durations=15)
