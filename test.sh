@@ -81,7 +81,15 @@ SERVELAB_START_LOG="$logs/starts.jsonl" python -m pytest tests/test_notebooks.py
   --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=15 "$@"
 chapters=$?
 echo "[test] exit status: servers $server_rc, other tests $rest, chapters and notebooks $chapters (5: none collected)"
-[ "$server_rc$rest$chapters" != 555 ] || exit 1  # never pass by testing nothing
+failed=0
+[ "$server_rc$rest$chapters" != 555 ] || failed=1  # never pass by testing nothing
 for rc in "$server_rc" "$rest" "$chapters"; do
-  [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit 1
+  [ "$rc" = 0 ] || [ "$rc" = 5 ] || failed=1
 done
+if [ "$failed" = 0 ]; then
+  rm -rf "$SERVELAB_RESULTS" "$logs"
+  exit 0
+fi
+# A failed run keeps what the re-executed chapters measured: a check that printed False can be read from it.
+echo "[test] kept for reading: the re-executed chapters' results in $SERVELAB_RESULTS, the session logs in $logs"
+exit 1
