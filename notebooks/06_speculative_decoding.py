@@ -955,7 +955,7 @@ best_shallow
 
 # %% [markdown]
 # A cut is accepted rarely until it is nearly the whole model, and then it costs nearly as much:
-# early layers were never trained to predict the next token. Useful drafts are trained to: a small model of
+# early layers were never trained to predict the next token. Useful drafts are trained for it: a small model of
 # the same family, or a head trained on the target's hidden states (EAGLE-3).
 #
 # The articles' pair, Qwen2.5-0.5B for Qwen2.5-72B, is of the first kind, but vLLM's defaults refuse
