@@ -73,28 +73,23 @@ class ForkServer:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, script: Path, args: tuple[str, ...], env: Mapping[str, str], stdin: str | None, stdout: Path,
+    def run(self, script: Path, args: tuple[str, ...], env: Mapping[str, str], stdin: Path, stdout: Path,
             stderr: Path, timeout: float) -> int | None:
-        """The script's exit code; None when it ran past `timeout` (it is killed)."""
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".stdin", delete=False) as f:
-            f.write(stdin or "")
+        """The script's exit code; None when it ran past `timeout` (it is killed). Its streams are files."""
+        request = {"script": str(script), "argv": list(args), "env": dict(env), "stdin": str(stdin),
+                   "stdout": str(stdout), "stderr": str(stderr)}
         try:
-            request = {"script": str(script), "argv": list(args), "env": dict(env), "stdin": f.name,
-                       "stdout": str(stdout), "stderr": str(stderr)}
-            try:
-                self.proc.stdin.write((json.dumps(request) + "\n").encode())
-                self.proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                raise _ServerGone from None
-            pid = self._read(timeout=60)["pid"]
-            try:
-                return self._read(timeout=timeout)["rc"]
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                self._read(timeout=60)
-                return None
-        finally:
-            os.unlink(f.name)
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            raise _ServerGone from None
+        pid = self._read(timeout=60)["pid"]
+        try:
+            return self._read(timeout=timeout)["rc"]
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)
+            self._read(timeout=60)
+            return None
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -122,7 +117,7 @@ def _server(python: Path, env: Mapping[str, str], cwd: str) -> ForkServer | None
             _SEEN.add(key)
             return None
         server = _SERVERS.pop(key, None)
-        if server is None or server.proc.poll() is not None and server.ready is not None:
+        if server is None or (server.ready is not None and server.proc.poll() is not None):  # new, or died
             server = ForkServer(python, env, cwd)
         _SERVERS[key] = server
         while len(_SERVERS) > KEEP:
@@ -139,18 +134,15 @@ def run_script(python: Path, script: Path, *args: str, stdin: str | None = None,
     if server is None or server.ready is None:
         return _cold_run_script(python, script, *args, stdin=stdin, env=env, cwd=cwd, timeout=timeout, log=log)
     with tempfile.TemporaryDirectory(prefix="servelab-warm-") as tmp:
-        out = Path(tmp) / "stdout"
+        given, out = Path(tmp) / "stdin", Path(tmp) / "stdout"
+        given.write_text(stdin or "", encoding="utf-8")
         err = log if log is not None else Path(tmp) / "stderr"
-        if log is not None:
-            log.parent.mkdir(parents=True, exist_ok=True)
-        with server.lock:
-            try:
-                code = server.run(Path(script).resolve(), tuple(str(a) for a in args), env, stdin, out, err,
-                                  timeout)
-            except _ServerGone:
-                server.ready = None
-                code = "gone"
-        if code == "gone":
+        err.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with server.lock:
+                code = server.run(Path(script).resolve(), tuple(str(a) for a in args), env, given, out, err, timeout)
+        except _ServerGone:
+            server.ready = None
             return _cold_run_script(python, script, *args, stdin=stdin, env=env, cwd=cwd, timeout=timeout, log=log)
         if code is None:
             raise engine_envs.ScriptFailed(f"{Path(script).name} took longer than {timeout:.0f} s")
