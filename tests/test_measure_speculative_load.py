@@ -97,6 +97,37 @@ def test_the_trend_test_is_two_sided_and_leaves_no_prediction_untested():
         load.trend_test(float("nan"))
 
 
+def _sweep(rows: dict[int, list[float]]) -> pd.DataFrame:
+    """round -> speedups at b = 1, 2, 4, 8, 16, as round_speedups' rows of one method."""
+    return pd.DataFrame([{"round": r, "concurrency": b, "speedup": s}
+                         for r, values in rows.items() for b, s in zip((1, 2, 4, 8, 16), values, strict=True)])
+
+
+def test_sweep_change_reads_the_trend_off_every_point_of_every_round():
+    falling = [0.9 * b ** -0.1 for b in (1, 2, 4, 8, 16)]
+    assert load.sweep_change(_sweep({0: falling})) == pytest.approx(16 ** -0.1)
+    # a round that ran 20% slower throughout shifts its points together and moves no slope
+    assert load.sweep_change(_sweep({0: falling, 1: [1.2 * s for s in falling], 2: falling})) == pytest.approx(
+        16 ** -0.1)
+    # one disturbed point: the two ends say the speedup barely moved, the line through all five says it fell.
+    # These are chapter 06's medians for "the model itself" from a slow host, where the ends-only check failed
+    noisy = [0.695, 1.033, 0.902, 0.927, 0.645]
+    assert noisy[-1] / noisy[0] > 0.9 and load.sweep_change(_sweep({0: noisy})) == pytest.approx(0.864, abs=0.001)
+    # and a sweep that does not fall still fails a predicted fall, however its rounds scatter
+    flat = _sweep({0: [1.0, 0.95, 1.05, 0.98, 1.02], 1: [0.9, 0.93, 0.88, 0.92, 0.9], 2: [1.1, 1.0, 1.08, 1.1, 1.05]})
+    assert not load.trend_holds("falls", load.sweep_change(flat))
+    assert load.trend_holds("flat", load.sweep_change(flat))
+
+
+def test_sweep_change_refuses_what_has_no_trend():
+    with pytest.raises(ValueError, match="missing: round"):
+        load.sweep_change(pd.DataFrame({"concurrency": [1, 2], "speedup": [1.0, 0.9]}))
+    with pytest.raises(ValueError, match="two values of concurrency in one round"):
+        load.sweep_change(pd.DataFrame({"round": [0, 1], "concurrency": [1, 2], "speedup": [1.0, 0.9]}))
+    with pytest.raises(ValueError, match="must be positive"):
+        load.sweep_change(_sweep({0: [1.0, 0.9, 0.0, 0.8, 0.7]}))
+
+
 def test_steps_gap_per_verification():
     # 25 decode steps, 5 verifications: predicted 1.25x (20 steps), measured 1.0x (25 steps): 1 step each
     assert load.steps_gap(26, 5, 1.0, 1.25) == pytest.approx(1.0)

@@ -10,7 +10,10 @@ forward-cost measurement returned.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
+from itertools import combinations
+from statistics import median
 
 import pandas as pd
 
@@ -100,11 +103,33 @@ def first_slowdown(speedup: Mapping[int, float], margin: float = 0.0) -> int | N
     return sustained
 
 
+def sweep_change(speedups: pd.DataFrame, by: str = "concurrency") -> float:
+    """A method's speedup at the sweep's largest ``by`` over that at its smallest, read off a straight line
+    through log speedup against log ``by`` rather than off the two end points alone. The line's slope is the
+    median of the slopes between every two points of one round (Theil-Sen within rounds): a round that ran
+    slower throughout shifts its points together and none of those slopes, and one disturbed point moves only
+    the slopes it is part of. ``speedups`` has the columns round, ``by`` and speedup (``round_speedups``' rows
+    of one method; a prediction is one round)."""
+    missing = [c for c in ("round", by, "speedup") if c not in speedups]
+    if missing:
+        raise ValueError(f"sweep_change needs the columns round, {by}, speedup; missing: {', '.join(missing)}")
+    if not ((speedups[by] > 0).all() and (speedups.speedup > 0).all()):
+        raise ValueError(f"every {by} and speedup must be positive, got {speedups[[by, 'speedup']].values.tolist()}")
+    slopes = [(math.log(q.speedup) - math.log(p.speedup)) / (math.log(q[by]) - math.log(p[by]))
+              for _, rows in speedups.groupby("round")
+              for (_, p), (_, q) in combinations(rows.iterrows(), 2) if p[by] != q[by]]
+    if not slopes:
+        raise ValueError(f"sweep_change needs two values of {by} in one round, got {sorted(set(speedups[by]))}")
+    span = math.log(speedups[by].max()) - math.log(speedups[by].min())
+    return math.exp(median(slopes) * span)
+
+
 def trend_test(predicted_change: float) -> str:
     """Which test a method's measured sweep must pass, from its predicted speedup at the largest b over
-    that at the smallest: "falls" (below 0.8), "flat" (within 10% of 1), "rises" (above 1.2); between
-    those zones the prediction is too weak to test a direction, and "leans down" (0.8 to 0.9) or "leans
-    up" (1.1 to 1.2) only asks that the measurement does not move clearly the other way."""
+    that at the smallest (both changes as :func:`sweep_change` reads them): "falls" (below 0.8), "flat"
+    (within 10% of 1), "rises" (above 1.2); between those zones the prediction is too weak to test a
+    direction, and "leans down" (0.8 to 0.9) or "leans up" (1.1 to 1.2) only asks that the measurement
+    does not move clearly the other way."""
     if not predicted_change > 0:
         raise ValueError(f"predicted_change must be a positive ratio, got {predicted_change}")
     if predicted_change < 0.8:
@@ -120,7 +145,7 @@ DECISIVE = ("falls", "flat", "rises")  # the trend tests that test a direction; 
 
 
 def trend_holds(test: str, measured_change: float) -> bool:
-    """Whether the measured change (largest b over smallest) passes :func:`trend_test`'s test: a
+    """Whether the measured change (largest b over smallest, :func:`sweep_change`) passes :func:`trend_test`'s test: a
     predicted fall by over 20% needs a measured fall by over 10%, a flat prediction a measured
     change under 20%, a predicted rise by over 20% a measured rise by over 10%; a prediction that
     leans down must not be met by a measured rise of over 10%, one that leans up by a fall of over 10%."""
