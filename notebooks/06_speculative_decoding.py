@@ -125,8 +125,7 @@ plt.show()
 # Left: E for each k; at α = 0.5 even unlimited drafts give at most two tokens per verification.
 # Middle: vLLM's "draft acceptance rate" (accepted over drafted tokens) also counts drafts after a
 # rejection, never checked, so for k above 1 it is below α. Right: the best k grows with α and
-# shrinks as the draft gets dearer. The table gives, per α, the best k and its speedup for each
-# draft cost c; its α = 1 row shows only the search's cap on k.
+# shrinks as the draft gets dearer. The table lists the best k per α and draft cost c.
 #
 # :::{dropdown} How we know: reading the panels, and the search's bound on k
 # On the left, E for each k: with α = 0.5 even unlimited drafts give at most two tokens per
@@ -366,7 +365,7 @@ pd.Series({"one-token step, measured (ms)": 1000 * fastest.loc[1],
 
 # %% [markdown]
 # Compare the small table's first two rows, measured apart: the engine's one-token step and NumPy
-# reading the weights once (a rough reference the engine can beat a little). If they are close, the
+# reading the weights once (a rough reference). If they are close, the
 # step is bound by memory bandwidth, as on a GPU serving a large model; if the step is several times
 # longer, a fixed cost per pass dominates. Either way a pass over k + 1 tokens shares that cost.
 #
@@ -985,9 +984,8 @@ pd.DataFrame([{"model": name, "vocab_size (config.json)": size} for name, size i
 #
 # With b requests decoding together, a verification is a forward over b × (k + 1) tokens: once that
 # reaches the part where the cost climbs, every rejected draft token costs arithmetic. The dashed
-# lines predict this from the forward costs. Look for the b where a measured line falls below 1:
-# from there on speculation costs more than it saves, so turn it off there; where none falls,
-# see how fast its gain shrinks.
+# lines predict this from the forward costs. Where a measured line falls below 1, turn speculation
+# off from that b on; where none does, watch how fast its gain shrinks.
 #
 # :::{dropdown} How we know: how the prediction prices a batch, and throughput against latency
 # With b requests decoding together, a plain step is a forward over b tokens and a verification
@@ -1214,19 +1212,21 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
 # measured and predicted).
 # :::
 #
-# The check: each method's speedup moves with b as its own prediction does, in direction, not size.
+# The check reads each change, smallest b to largest, off a line through every point of every
+# round (log speedup against log b). Where the prediction falls by over a fifth, the
+# measurement must fall by over a tenth; `holds` says whether it did.
 #
 # :::{dropdown} How we know: the trend test's zones
 # The check below compares each method's measured trend with its own prediction, from one request
-# to the largest wave (`trend_test`, `trend_holds`), two-sided. Both changes are read off a straight
-# line through log speedup against log b (`sweep_change`), not off the two ends alone: the line's
-# slope is the median of the slopes between every two concurrencies of one round. A round that ran
-# slower throughout shifts its points together and moves none of those
-# slopes, and one disturbed point moves only the slopes it is part of. Read off the ends alone, one
-# slow stretch of the host at b = 1 or at the largest b decides the check. On a slow host that
-# happened: a re-execution of this chapter failed the ends-only reading for the model as its own
-# draft, while the line through the same medians fell as predicted (the package's tests keep the
-# case, `test_sweep_change_reads_the_trend_off_every_point_of_every_round`).
+# to the largest wave (`trend_test`, `trend_holds`); it can fail in either direction. Each change is
+# a line's value at the largest b over its value at the smallest (`sweep_change`): the line runs
+# through log speedup against log b, fitted by least squares to every point of every round, each
+# round with its own height. A round whose speedups all came out higher, because the plain
+# server's turn in it ran slow throughout, lifts its points together and leaves the slope alone,
+# and a slow moment at one b moves the line less than it moves that point. Read off the two ends
+# alone, such a moment at b = 1 or at the largest b decides the check, and on a slow host the
+# ends-only reading once failed for the model as its own draft. The ends weigh most in a line, so a change
+# that happens only at the largest b still shows. The prediction is read the same way, as one round.
 #
 # Where the prediction falls by more than a fifth, the measured speedup must fall by more than a
 # tenth. Where the prediction stays within a tenth of flat (a GPU whose passes stay flat over these
@@ -1234,10 +1234,11 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
 # measured one must rise by a tenth.
 #
 # A prediction between those zones is too weak to test a direction; it "leans" down or up, and the
-# measured speedup must only not move the other way by more than a tenth. So every method is
-# tested on every profile, by one of the two values of the check: the first for the methods with a
-# clear prediction, the second for those whose prediction leans. A value whose group is empty on
-# a profile prints True, with nothing left untested: the two groups hold every method.
+# measured speedup must only not move the other way by more than a tenth. The cell prints two
+# values: the first says whether every method with a clear prediction (falls, flat, rises) passed,
+# the second whether every method whose prediction only leans passed. Every method is in one of
+# the two groups, so none is left untested; a group that is empty on a profile prints True, and the
+# table's `test` column says which group each method is in on this run.
 #
 # A shallow draft that is already a slowdown one request at a time is held to the same test: its
 # prediction falls further with b, because its draft passes and the verification both grow. The
@@ -1246,7 +1247,7 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
 # predicted passes it.
 # :::
 
-# %% tags=["hide-output"]
+# %%
 per_round = load.round_speedups(sweep_rounds, ["concurrency"], "decode tokens/s per request")
 medians = spec_sweep.pivot(index="concurrency", columns="method", values="speedup")
 low, high = concurrency[0], concurrency[-1]
@@ -1600,8 +1601,8 @@ summary.round(2).T
 # draft model's passes grow with them: the summary gives, per method, the concurrency of the sweep
 # from which on it decodes slower than plain vLLM in every round, at that b and every larger one,
 # measured and predicted from the forward costs (the concurrency section says by how much the
-# prediction misses, per method, and whether for prompt lookup the priced cost or the miss is what
-# turns it into a slowdown), and the check there tests that each method's measured trend goes the
+# prediction misses, per method, and, where prompt lookup turns into a slowdown within the sweep,
+# whether the priced cost or the miss does it), and the check there tests that each method's measured trend goes the
 # way its own prediction goes, read off a line through every concurrency of every round: direction,
 # not size. A
 # draft that is already a slowdown one request at a time, like the shallow cut, only loses more as
@@ -1613,8 +1614,9 @@ summary.round(2).T
 # The articles' "two to three times faster" is the papers' range, measured on large models on
 # accelerators, one request at a time, with drafts trained for the job: Leviathan et al. report
 # 2X-3X on T5-XXL, Chen et al. 2-2.5x on Chinchilla 70B (quoted below). It is not a property of
-# the feature. The vLLM team's own measurements say the same as prompt lookup's row: a gain at
-# low load, a slowdown at high load. That is why vLLM lets the speculation length depend on the
+# the feature. The vLLM team's own measurements say the same as this chapter's sweep: a gain at
+# low load that shrinks as the load grows, in theirs down to a slowdown. That is why vLLM lets the
+# speculation length depend on the
 # batch size (`num_speculative_tokens_per_batch_size` in `vllm/config/speculative.py`: ranges of
 # batch sizes, each with its own k, where 0 stops drafting; a draft model still runs one pass per
 # step to keep its KV cache in sync, `vllm/v1/spec_decode/llm_base_proposer.py`).
@@ -1643,8 +1645,8 @@ pd.DataFrame([
 #   forward-cost curve first.
 # - Acceptance sets the gain: prompt lookup wins where answers copy the prompt; a useful draft is
 #   trained to predict the target, not cut from it.
-# - Under load, verifications leave the flat part of the curve and speculation becomes a slowdown:
-#   check the batch sizes you serve.
+# - Under load, verifications leave the flat part of the curve and the gain shrinks or turns into a
+#   slowdown: check the batch sizes you serve.
 # - vLLM's acceptance rate is not α: it counts drafted tokens that were never checked.
 # - Lossless holds with the defaults: greedy answers matched in float32, parting only at near ties in
 #   16 bits.

@@ -106,17 +106,19 @@ def _sweep(rows: dict[int, list[float]]) -> pd.DataFrame:
 def test_sweep_change_reads_the_trend_off_every_point_of_every_round():
     falling = [0.9 * b ** -0.1 for b in (1, 2, 4, 8, 16)]
     assert load.sweep_change(_sweep({0: falling})) == pytest.approx(16 ** -0.1)
-    # a round that ran 20% slower throughout shifts its points together and moves no slope
-    assert load.sweep_change(_sweep({0: falling, 1: [1.2 * s for s in falling], 2: falling})) == pytest.approx(
+    # a round whose speedups all came out 30% higher (its plain turn ran slow throughout) moves no slope
+    assert load.sweep_change(_sweep({0: falling, 1: [1.3 * s for s in falling], 2: falling})) == pytest.approx(
         16 ** -0.1)
-    # one disturbed point: the two ends say the speedup barely moved, the line through all five says it fell.
-    # These are chapter 06's medians for "the model itself" from a slow host, where the ends-only check failed
-    noisy = [0.695, 1.033, 0.902, 0.927, 0.645]
-    assert noisy[-1] / noisy[0] > 0.9 and load.sweep_change(_sweep({0: noisy})) == pytest.approx(0.864, abs=0.001)
-    # and a sweep that does not fall still fails a predicted fall, however its rounds scatter
+    # a change at the largest b alone still shows: the prediction falls there, and a measurement that stays
+    # flat fails it
+    step = load.sweep_change(_sweep({0: [1.5, 1.5, 1.5, 1.5, 0.9]}))
+    assert load.trend_test(step) == "falls" and step == pytest.approx((0.9 / 1.5) ** 0.8)
     flat = _sweep({0: [1.0, 0.95, 1.05, 0.98, 1.02], 1: [0.9, 0.93, 0.88, 0.92, 0.9], 2: [1.1, 1.0, 1.08, 1.1, 1.05]})
     assert not load.trend_holds("falls", load.sweep_change(flat))
     assert load.trend_holds("flat", load.sweep_change(flat))
+    # a round measured at one b only adds nothing
+    assert load.sweep_change(pd.concat([_sweep({0: falling}), pd.DataFrame(
+        [{"round": 1, "concurrency": 4, "speedup": 3.0}])])) == pytest.approx(16 ** -0.1)
 
 
 def test_sweep_change_refuses_what_has_no_trend():
@@ -126,6 +128,8 @@ def test_sweep_change_refuses_what_has_no_trend():
         load.sweep_change(pd.DataFrame({"round": [0, 1], "concurrency": [1, 2], "speedup": [1.0, 0.9]}))
     with pytest.raises(ValueError, match="must be positive"):
         load.sweep_change(_sweep({0: [1.0, 0.9, 0.0, 0.8, 0.7]}))
+    with pytest.raises(ValueError, match="one method's rows, got a, b"):
+        load.sweep_change(_sweep({0: [1.0, 0.9, 0.8, 0.8, 0.7]}).assign(method=["a", "a", "b", "b", "b"]))
 
 
 def test_steps_gap_per_verification():

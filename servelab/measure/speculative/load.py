@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from itertools import combinations
-from statistics import median
 
+import numpy as np
 import pandas as pd
 
 from servelab.integers import int_at_least
@@ -105,23 +104,27 @@ def first_slowdown(speedup: Mapping[int, float], margin: float = 0.0) -> int | N
 
 def sweep_change(speedups: pd.DataFrame, by: str = "concurrency") -> float:
     """A method's speedup at the sweep's largest ``by`` over that at its smallest, read off a straight line
-    through log speedup against log ``by`` rather than off the two end points alone. The line's slope is the
-    median of the slopes between every two points of one round (Theil-Sen within rounds): a round that ran
-    slower throughout shifts its points together and none of those slopes, and one disturbed point moves only
-    the slopes it is part of. ``speedups`` has the columns round, ``by`` and speedup (``round_speedups``' rows
-    of one method; a prediction is one round)."""
+    through log speedup against log ``by`` that every point of every round helps to place, rather than off the
+    two end points alone. The line is fitted by least squares with each round given its own height, so a round
+    whose speedups all came out higher or lower (the plain server's turn ran slow throughout, say) moves the
+    line's slope not at all; the ends weigh most, as in any line, so a change at the largest ``by`` alone still
+    shows. ``speedups`` has the columns round, ``by`` and speedup, for one method (``round_speedups``' rows; a
+    prediction is one round); a round measured at one ``by`` only adds nothing."""
     missing = [c for c in ("round", by, "speedup") if c not in speedups]
     if missing:
         raise ValueError(f"sweep_change needs the columns round, {by}, speedup; missing: {', '.join(missing)}")
+    if "method" in speedups and speedups.method.nunique() > 1:
+        raise ValueError(f"sweep_change reads one method's rows, got {', '.join(map(str, speedups.method.unique()))}")
     if not ((speedups[by] > 0).all() and (speedups.speedup > 0).all()):
         raise ValueError(f"every {by} and speedup must be positive, got {speedups[[by, 'speedup']].values.tolist()}")
-    slopes = [(math.log(q.speedup) - math.log(p.speedup)) / (math.log(q[by]) - math.log(p[by]))
-              for _, rows in speedups.groupby("round")
-              for (_, p), (_, q) in combinations(rows.iterrows(), 2) if p[by] != q[by]]
-    if not slopes:
+    logs = pd.DataFrame({"round": speedups["round"], "x": np.log(speedups[by].astype(float)),
+                         "y": np.log(speedups.speedup.astype(float))})
+    centred = logs[["x", "y"]] - logs.groupby("round")[["x", "y"]].transform("mean")
+    x_spread = float((centred.x ** 2).sum())
+    if not x_spread > 0:
         raise ValueError(f"sweep_change needs two values of {by} in one round, got {sorted(set(speedups[by]))}")
-    span = math.log(speedups[by].max()) - math.log(speedups[by].min())
-    return math.exp(median(slopes) * span)
+    slope = float((centred.x * centred.y).sum()) / x_spread
+    return math.exp(slope * (logs.x.max() - logs.x.min()))
 
 
 def trend_test(predicted_change: float) -> str:
