@@ -132,6 +132,22 @@ def test_sweep_change_refuses_what_has_no_trend():
         load.sweep_change(_sweep({0: [1.0, 0.9, 0.8, 0.8, 0.7]}).assign(method=["a", "a", "b", "b", "b"]))
 
 
+def test_a_trend_is_judged_only_where_every_round_agrees():
+    assert load.trend_verdict("falls", [0.6, 0.7, 0.85]) == "as predicted"
+    assert load.trend_verdict("falls", [0.95, 1.0, 1.2]) == "contradicted"  # the check's failure
+    assert load.trend_verdict("falls", [0.6, 0.7, 1.1]) == "not resolved with 3 rounds"
+    assert load.trend_verdict("flat", [1.3, 1.25]) == "contradicted" and load.trend_verdict("rises", [1.2]) == (
+        "as predicted")
+    # each round's change read from that round alone: one round's slow b = 1 does not move the others
+    rounds = _sweep({0: [1.0, 0.9, 0.8, 0.7, 0.6], 1: [1.5, 0.9, 0.8, 0.7, 0.6], 2: [1.0, 0.9, 0.8, 0.7, 0.6]})
+    changes = [load.sweep_change(r) for _, r in rounds.groupby("round")]
+    assert changes[0] == changes[2] and changes[1] < changes[0]
+    with pytest.raises(ValueError, match="at least one round"):
+        load.trend_verdict("falls", [])
+    with pytest.raises(ValueError, match="unknown trend test"):
+        load.trend_verdict("down", [0.5])
+
+
 def test_steps_gap_per_verification():
     # 25 decode steps, 5 verifications: predicted 1.25x (20 steps), measured 1.0x (25 steps): 1 step each
     assert load.steps_gap(26, 5, 1.0, 1.25) == pytest.approx(1.0)
