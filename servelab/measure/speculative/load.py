@@ -1,7 +1,6 @@
 """Chapter 06's concurrency sweep, priced and judged: what a verification costs with b requests in
-flight, how far the measurement lies from that price, which speedups the run resolves (their spread
-over interleaved rounds, and the chance that a method with no effect looks resolved), and the KV blocks a
-wave holds.
+flight, how far the measurement lies from that price, which speedups and trends the run resolves (their
+spread over interleaved rounds), and the KV blocks a wave holds.
 
 The sweep itself (waves of b identical requests, timed by the engine) is
 :func:`servelab.measure.speculative.live.sweep`; everything here is arithmetic on what it and the
