@@ -17,10 +17,10 @@
 # The source articles end with advice: which engine to pick for which job, and a launch command
 # to copy. Their comparison rests on vendor benchmarks with no workload, versions or method (the
 # [claims ledger](../book/claims.md) lists them as unverifiable), and their commands were written
-# for older versions. This chapter does three things instead: it measures both engines on the same
-# model, workloads and client; it gives launch commands for one GPU, four GPUs and two nodes that
-# the engines' own parsers accept at the versions this book pins; and it derives a selection guide
-# from the measurements of this and the earlier chapters.
+# for older versions. This chapter does two things instead: it measures both engines on the same
+# model, workloads and client; and it gives launch commands for one GPU, four GPUs and two nodes that
+# the engines' own parsers accept at the versions this book pins. [Chapter 08](08_selection_guide.ipynb)
+# then turns these measurements and the earlier chapters' into a selection guide.
 #
 # Every measurement runs under a *profile*: this book's settings for one kind of machine, such as the
 # model, its data type and its context window (the most tokens one request may hold). The cpu profile
@@ -63,10 +63,8 @@ from IPython.display import display
 from matplotlib import pyplot as plt
 
 from servelab.book import banner, results
-from servelab.book.claims import load as load_ledger
 from servelab.book.diagrams_head_to_head import draw_sweep
-from servelab.book.i18n import N_, t
-from servelab.book.selection_guide import guide
+from servelab.book.i18n import N_
 from servelab.engines import flags
 from servelab.engines.launch import kv_budget_flags
 from servelab.measure.deploying import head_to_head as h2h
@@ -391,8 +389,8 @@ print(f"Profile {prof.name}: {prof.model} in {prof.dtype} on {prof.device}; KV b
 # kernels (servelab's stand-in for `sgl_kernel` registers no op, so SGLang's AMX paths stay off and
 # its torch fallbacks run), with the `torch_native` attention back end and one OpenMP thread, while
 # vLLM runs its compiled CPU kernels; the command lines printed after the runs show both. So on cpu
-# the engine-against-engine ratios rank these two set-ups, not the engines, and the selection guide
-# below does not lean on them there. vLLM's CPU platform also uses 128-token KV blocks
+# the engine-against-engine ratios rank these two set-ups, not the engines, and chapter 08's selection
+# guide does not lean on them there. vLLM's CPU platform also uses 128-token KV blocks
 # (`vllm/platforms/cpu.py`), larger than its GPU default (`CacheConfig.DEFAULT_BLOCK_SIZE`), and a
 # prefix is cached only in whole blocks: that shapes the shared-prefix and multi-turn runs. On a GPU
 # the CUDA kernels, CUDA graphs and overlap schedulers that decide the ranking are in play, and none
@@ -589,49 +587,6 @@ print(not alone["fits"])
 # %%
 for _, row in recipes.explanations(book).iterrows():
     print(f"{row.engine} {row.flag}: {row['what it does']}")
-
-# %% [markdown]
-# ## A selection guide from this book's measurements
-#
-# The articles' guide gives recommendations without the measurements behind them. This one is
-# computed: each row reads a result saved by a chapter (on this profile) or a verdict in the ledger,
-# says what was measured, and leans to an engine only where the measured ratio is more than 10% from
-# even. On the cpu profile the engine-against-engine timings lean to no engine, for the reason above.
-#
-# :::{dropdown} How we know: which rows lean, and why
-# The articles' guide gives recommendations without the measurements behind them (the ledger's
-# `guide-*` rows). This one is computed: each row reads a result saved by a chapter (on this
-# profile) or a verdict in the ledger, says what was measured, and leans to an engine only where
-# the measured ratio is more than 10% from even. Two kinds of row lean to no engine and say why:
-# engine-against-engine timings measured on the cpu profile, where the two engines do not run
-# comparable code (above), and rows that rest on a ledger verdict alone. The speculative row
-# reports chapter 06's speedups with the lowest and highest of its interleaved rounds, and says
-# "helps" or "hurts" only where every round agrees. The shared-prefix row
-# leans on this chapter's shared-prefix run and gives chapter 04's hit rates as context. On
-# another profile the same cell reads that profile's results; a chapter not yet run there leaves
-# its rows out.
-# :::
-#
-
-# %%
-selection = guide(saved.parent, prof, load_ledger())
-results.save("selection_guide", selection, prof)
-for _, row in selection.iterrows():
-    print(f"{row.situation}\n  {t('measured')}: {row.measured}\n  {t('leaning')}: {row.leaning}\n"
-          f"  {t('evidence')}: {row.evidence}")
-
-# %% [markdown]
-# Read it as where to start, not as a verdict: each row is a few rounds on one machine, and the
-# leaning is the measured direction, not a margin that would hold on another model or GPU. Two rows
-# can point different ways for the same workload: a prefix-cache hit rate counts cached tokens
-# only, while a latency includes everything else each engine spends per step. So a hit-rate row may
-# lean even on the cpu profile, where no engine-against-engine timing does.
-#
-# :::{dropdown} How we know: where the articles' guide and this one disagree
-# Where the articles' guide (ledger rows `guide-vllm-for-rag`, `guide-sglang-for-json`,
-# `guide003-vllm-under-memory-pressure`, `guide003-chat-sglang-api-vllm`) and this one disagree, the
-# evidence column says which cell or ledger row to open.
-# :::
 
 # %% [markdown]
 # ## What to remember

@@ -129,10 +129,10 @@ def test_a_row_citing_the_chapter_that_reads_it_is_circular(ledger):
 
     read = selection_guide.LEDGER_ROWS[0][0]
     row = next(c for c in ledger.claims if c.id == read)
-    guide = claims.Evidence("notebook", "notebooks/07_choosing_and_deploying", "the guide's row")
+    guide = claims.Evidence("notebook", "notebooks/08_selection_guide", "the guide's row")
     looped = dataclasses.replace(ledger, claims=(dataclasses.replace(row, evidence=(*row.evidence, guide)),))
     assert claims_circular.circular(looped) == [
-        f"claim {read!r}: its evidence notebooks/07_choosing_and_deploying reads this claim (circular)"]
+        f"claim {read!r}: its evidence notebooks/08_selection_guide reads this claim (circular)"]
 
 
 def test_cited_chapters_were_executed_on_the_profile_the_ledger_names(ledger):

@@ -10,6 +10,7 @@ import pytest
 
 from servelab.book import claims
 from servelab.book import selection_guide as sg
+from servelab.book import selection_guide_exercises as sgx
 from servelab.machine import profiles
 
 CPU, GPU = profiles.load("cpu"), profiles.load("gpu-24g")
@@ -180,3 +181,70 @@ def test_the_speculative_row_names_the_engine_that_ran_the_methods(tmp_path):
         row = sg.guide(tmp_path, profiles.load(name), claims.load()).set_index("situation").loc[
             "speculative decoding to cut latency"]
         assert row.measured.startswith("vLLM, best method") and "SGLang" not in row.measured
+
+
+def test_the_tie_is_a_parameter_and_a_bad_one_is_refused():
+    assert sg.lean(1.07) == "either (within 10%)" and sg.lean(1.07, tie=0.05) == "SGLang"
+    assert sg.lean(0.93, lower_is_better=False, tie=0.05) == "SGLang"
+    with pytest.raises(ValueError, match="tie must be at least 0 and below 1, got 1.5"):
+        sg.lean(1.0, tie=1.5)
+
+
+def test_a_smaller_tie_lets_a_closer_ratio_lean_in_the_guide(tmp_path):
+    _head_to_head(tmp_path, vllm_thr=53.0)  # throughput 6% apart: within 10%, beyond 5%
+    heavy = "many concurrent requests, throughput matters"
+    assert sg.guide(tmp_path, GPU, claims.load()).set_index("situation").leaning[heavy] == "either (within 10%)"
+    assert sg.guide(tmp_path, GPU, claims.load(), tie=0.05).set_index("situation").leaning[heavy] == "vLLM"
+
+
+def test_timing_ratios_are_the_runs_and_metrics_the_guide_leans_on(tmp_path):
+    assert sg.timing_ratios(tmp_path).empty  # chapter 07 not run: no rows, the columns all the same
+    _head_to_head(tmp_path)
+    ratios = sg.timing_ratios(tmp_path).set_index("situation")
+    assert list(ratios.run) == ["random, concurrency 1", "random, concurrency 8", "shared prefix", "multi-turn"]
+    assert list(ratios.metric) == ["p50_e2el_ms", "output_throughput", "p50_e2el_ms", "p50_e2el_ms"]
+    assert ratios.loc["one request at a time, latency matters", "median"] == pytest.approx(0.5)  # 300 ms / 600 ms
+    assert ratios.loc["prompts share a prefix (chat, agents, RAG)", "median"] == pytest.approx(3.0)  # 90 / 30
+    assert not ratios.loc["many concurrent requests, throughput matters", "lower is better"]
+
+
+def test_exercise_cases_cover_every_answer_a_rule_can_give(tmp_path):
+    _head_to_head(tmp_path)
+    cases = sgx.lean_cases(sg.timing_ratios(tmp_path))
+    assert {expected for _, expected in cases.values()} == {"vLLM", "SGLang", "either"}
+    # a stub that ignores the tie, or measures it on the other ratio, gets a fixed case wrong
+    assert cases["ratio 0.93, lower is better, tie 5%"][1] == "vLLM"
+    assert cases["ratio 0.93, lower is better, tie 10%"][1] == "either"
+    assert all(sg.lean(*args).split(" ")[0] == expected for args, expected in cases.values())
+    assert cases["one request at a time, latency matters, inverted"] == ((2.0, True, 0.1), "SGLang")
+    _summary(tmp_path, **{"sweep task, 1 request": [(1.3, 1.1, 1.5), (0.9, 0.8, 0.95)],
+                          "sweep task, 16 requests": [(0.9, 0.8, 1.05), (0.5, 0.4, 0.6)]})
+    cases = sgx.speculation_cases(tmp_path)
+    assert cases["n-gram, sweep task, 1 request"] == ((1.1, 1.5), "helps")
+    assert cases["draft, sweep task, 16 requests"] == ((0.4, 0.6), "hurts")
+    assert cases["n-gram, sweep task, 16 requests"] == ((0.8, 1.05), "not resolved")
+    assert cases["rounds from 1.0 to 1.2"] == ((1.0, 1.2), "not resolved")  # a round at exactly 1: not faster
+    assert {expected for _, expected in cases.values()} == {"helps", "hurts", "not resolved"}
+
+
+def test_exercise_three_cases_include_rounds_that_disagree_and_follow_lean_over_rounds(tmp_path):
+    _head_to_head(tmp_path)
+    ratios = sg.timing_ratios(tmp_path)
+    cases = sgx.favoured_cases(ratios)
+    assert {expected for _, expected in cases.values()} == {"vLLM", "SGLang", "either"}
+    assert cases["a median beyond the tie, one round the other way"][1] == "either"
+    for _, row in ratios.iterrows():  # the row's own rounds give what the guide says on a GPU profile
+        args, expected = cases[f"{row.situation}, tie 10%"]
+        assert expected == sg.lean_over_rounds(row, row["lower is better"]).split(" ")[0]
+        assert cases[f"{row.situation}, inverted"][1] == {"vLLM": "SGLang", "SGLang": "vLLM"}.get(expected, expected)
+
+
+def test_advantage_reads_every_row_as_vllm_better_above_one():
+    ratios = pd.DataFrame({"situation": ["latency", "throughput"], "metric": ["p50_e2el_ms", "output_throughput"],
+                           "lower is better": [True, False], "median": [0.5, 2.0], "lowest round": [0.4, 1.5],
+                           "highest round": [0.8, 2.5]})
+    got = sg.advantage(ratios, tie=0.1).set_index("situation")
+    assert got.loc["latency", ["median", "lowest", "highest"]].tolist() == pytest.approx([2.0, 1.25, 2.5])
+    assert got.loc["throughput", ["median", "lowest", "highest"]].tolist() == pytest.approx([2.0, 1.5, 2.5])
+    assert got.loc["latency", ["band low", "band high"]].tolist() == pytest.approx([1 / 1.1, 1 / 0.9])
+    assert got.loc["throughput", ["band low", "band high"]].tolist() == pytest.approx([0.9, 1.1])

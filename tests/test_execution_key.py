@@ -20,13 +20,16 @@ def _closure(chapter: str) -> set[str]:
 def test_a_chapter_depends_on_what_it_imports_transitively_and_the_files_they_name():
     found = _closure("07_choosing_and_deploying")
     assert {"notebooks/07_choosing_and_deploying.py", "servelab/__init__.py", "servelab/book/__init__.py",
-            "servelab/book/selection_guide.py",  # imported by the chapter
-            "servelab/book/claims.py",  # imported by selection_guide
-            "servelab/data/claims.toml",  # named by claims.py
             "servelab/engines/engine_side/vllm_memory_defaults.py",  # an f-string in measure/deploying/recipes.py
             "servelab/engines/sgl_kernel_stand_in/sgl_kernel/__init__.py",  # put on SGLang's path by launch.py
             "servelab/data/pins/vllm-cpu.txt", "servelab/data/locks/sglang-cpu.txt",
             "servelab/data/locks/kernel.txt"} <= found
+    guide = _closure("08_selection_guide")
+    assert {"servelab/book/selection_guide.py",  # imported by the chapter
+            "servelab/book/claims.py",  # imported by selection_guide
+            "servelab/data/claims.toml",  # named by claims.py
+            "servelab/data/locks/kernel.txt"} <= guide
+    assert "servelab/book/selection_guide.py" not in found  # chapter 07 no longer builds the guide
 
 
 def test_an_engine_side_script_brings_the_sibling_it_imports():

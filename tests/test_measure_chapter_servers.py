@@ -55,7 +55,7 @@ def test_a_chapter_starts_exactly_the_servers_it_declares(source, require_engine
 def test_every_gpu_declaration_builds_without_cpu_artifacts(name):
     prof = profiles.load(name)
     planned = launch_plan.plan_launches(prof)
-    assert {p.chapter for p in planned} == {s.stem for s in SOURCES}
+    assert {p.chapter for p in planned} == {s.stem for s in SOURCES if launch_plan.starts_engines(s)}
     for p in planned:
         assert not (p.launch.model or prof.model).startswith("local:"), (p.chapter, p.launch.name)
         assert "$SERVELAB_HOME" not in " ".join(chapters.comparable_argv(p.argv)), (p.chapter, p.launch.name)
@@ -63,8 +63,8 @@ def test_every_gpu_declaration_builds_without_cpu_artifacts(name):
 
 
 def test_an_unknown_chapter_is_one_line():
-    with pytest.raises(ValueError, match="unknown chapter '08'; accepted: 00, 01"):
-        chapter_servers.of("08", profiles.load("gpu-24g"))
+    with pytest.raises(ValueError, match="unknown chapter '09'; accepted: 00, 01"):
+        chapter_servers.of("09", profiles.load("gpu-24g"))
 
 
 def test_a_launch_builds_the_servers_command():

@@ -8,7 +8,7 @@ import jupytext
 import nbformat
 import pytest
 
-from servelab.book import chapters, execution_key
+from servelab.book import chapters, execution_key, launch_plan
 from servelab.machine.paths import REPO
 
 SOURCES = chapters.sources()
@@ -48,7 +48,7 @@ def test_committed_notebook_ran_every_cell_without_error(source):
         assert not [o for o in cell.outputs if o.output_type == "error"]
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("source", [s for s in SOURCES if launch_plan.starts_engines(s)], ids=lambda p: p.stem)
 def test_engine_notebooks_check_an_engine_result(source):
     """A notebook that starts an engine must compare at least one engine-derived output (nbval),
     so that skipping or breaking its engine cells fails the test run."""
@@ -60,6 +60,18 @@ def test_engine_notebooks_check_an_engine_result(source):
     assert starts, f"{source.stem} starts no engine: every chapter measures a real one"
     checked = [c for c in code[starts[0]:] if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
     assert checked, "no NBVAL_CHECK_OUTPUT cell after the first engine cell"
+
+
+@pytest.mark.parametrize("source", [s for s in SOURCES if not launch_plan.starts_engines(s)], ids=lambda p: p.stem)
+def test_a_chapter_that_starts_no_engine_reads_saved_results_and_checks_them(source):
+    """A chapter listed in launch_plan.READS_ONLY starts no server and declares none, reads other chapters' saved
+    results, and compares what it computed from them (nbval)."""
+    nb = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    code = _code(nb)
+    assert not nb.metadata["servelab"].get("starts"), f"{source.stem} is listed as starting no engine, yet started one"
+    assert not any(k in c.source for c in code for k in ("running(", "Server(", ".server(prof", "chapter_servers"))
+    assert nb.metadata["servelab"]["reads"], f"{source.stem} read no saved result"
+    assert any(c.source.startswith("# NBVAL_CHECK_OUTPUT") for c in code), f"{source.stem} has no checked cell"
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)

@@ -1,7 +1,7 @@
 """Circular evidence in the claims ledger: a row citing a chapter that reads that very row.
 
 Apart from servelab/book/claims.py because it walks the chapters' imports (execution_key), which the
-chapter that reads the ledger (07) should not depend on.
+chapter that reads the ledger (08) should not depend on.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _code(path: Path) -> str:
 
 def circular(ledger: Ledger) -> list[str]:
     """One line per claim whose evidence is a chapter that reads that very claim: the code of the chapter or
-    of a servelab module it imports names the claim's id (chapter 07's selection guide quotes ledger rows).
+    of a servelab module it imports names the claim's id (chapter 08's selection guide quotes ledger rows).
     Prose that merely names a row is not reading it."""
     found = []
     for c in ledger.claims:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jupytext
@@ -119,12 +120,23 @@ def hub_models(target: models.ModelRef, options: dict[str, Any]) -> list[str]:
     return [m for m in [None if target.local else target.source, *drafts] if m and flags._HUB_ID.match(m)]
 
 
+# Chapters that start no engine server: they read what the other chapters saved (chapter 08's selection guide).
+READS_ONLY = ("08_selection_guide",)
+
+
+def starts_engines(source: Path) -> bool:
+    """Whether the chapter at `source` starts engine servers (declared in servelab.measure.chapter_servers)."""
+    return Path(source).stem not in READS_ONLY
+
+
 def plan_launches(profile: Profile, sources: Iterable[Any] | None = None,
                   overrides: dict[str, Any] | None = None) -> list[PlannedLaunch]:
     """Every declared launch of the chapters at `sources` (default: all) with their notebooks' parameters, and
     `overrides` over them (what papermill was given)."""
     out = []
     for source in sources or chapters.sources():
+        if not starts_engines(source):
+            continue
         chapter = source.stem[:2]
         given = {k: v for k, v in {**parameters(source), **(overrides or {})}.items() if k != "profile"}
         out += [planned(profile, source.stem, item) for item in chapter_servers.of(chapter, profile, **given).values()]

@@ -31,10 +31,11 @@ MIN_CLOSING_MINUTES = 5  # questions at the end; a plan's spare minutes are adde
 BREAKS = {"break": 15, "lunch": 60}  # minutes
 # Which chapters a short plan keeps first. 00 checks every machine and 01 defines the words every later chapter
 # uses; 04 shows the two engines' caches differing on workloads participants recognise; the memory chapters
-# 02 and 03 come next, then time (05), deployment (07) and speculative decoding (06), whose recorded run is the
-# longest and whose cpu lesson (speculation losing on a CPU) needs the most context.
+# 02 and 03 come next, then time (05), deployment (07), the guide built from them (08, seconds to run on the saved
+# results) and speculative decoding (06), whose recorded run is the longest and whose cpu lesson (speculation losing
+# on a CPU) needs the most context.
 PRIORITY = ("00_setup_check", "01_serving_basics", "04_prefix_caching", "02_kv_cache_memory", "03_paged_attention",
-            "05_chunked_prefill", "07_choosing_and_deploying", "06_speculative_decoding")
+            "05_chunked_prefill", "07_choosing_and_deploying", "08_selection_guide", "06_speculative_decoding")
 _ITEM = re.compile(r"^(\d+)\.\s")
 _SOLUTION = re.compile(r"^#\s*Solution\s+(\d+)\b")
 

@@ -121,6 +121,11 @@ def _ratio_rounds(metric: str) -> Callable[[Path], list[float]]:
     return values
 
 
+def _leaning_to_an_engine(path: Path) -> list[float]:
+    """How many of the selection guide's rows favour an engine (their leaning is "vLLM" or "SGLang")."""
+    return [float(_csv(path).leaning.isin(["vLLM", "SGLang"]).sum())]
+
+
 def _favoured(path: Path) -> list[float]:
     rows = _csv(path)
     rows = rows[rows.metric == "p50_ttft_ms"]
@@ -203,6 +208,11 @@ OBSERVATIONS: dict[str, tuple[Observation, ...]] = {
                     _ratio_rounds("output_throughput"), 2),
         Observation("runs whose p50 TTFT favours the same engine in every round (%)", "head_to_head_ratio_rounds.csv",
                     _favoured, 0),
+    ),
+    "08_selection_guide": (
+        Observation("rows of the selection guide that favour an engine", "selection_guide.csv",
+                    _leaning_to_an_engine, 0),
+        Observation("rows of the selection guide", "selection_guide.csv", lambda path: [float(len(_csv(path)))], 0),
     ),
 }
 
