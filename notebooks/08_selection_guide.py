@@ -58,9 +58,9 @@ folder = sg.results_folder(prof)
 # The figure draws that rule. Each bar runs from the round where vLLM did worst to the one where it
 # did best, the dot is the median round, and the grey band is the tie. Right of 1, vLLM did better;
 # left of 1, SGLang did (a time is turned round, SGLang's over vLLM's, so that every row reads the
-# same way; a time's band is a little wider on one side, since the tie applies to the ratio before
-# it is turned). A row favours an engine only if its dot lies outside the band and its whole bar on
-# one side of 1.
+# same way; each band is a little wider on one side, a time's toward vLLM and a throughput's toward
+# SGLang, since the tie applies to the vLLM/SGLang ratio as measured). A row favours an engine only
+# if its dot lies outside the band and its whole bar on one side of 1.
 #
 # On the cpu profile the guide favours no engine with these bars, whichever side they lie on, and
 # the figure draws them in grey. Chapter 07 explains why: there SGLang runs without its CPU kernels,
@@ -163,9 +163,10 @@ for _, row in selection.iterrows():
 # request's latency includes its TTFT and all of its decoding, so it is what a user waiting for the
 # whole answer feels. Two rows apply the tie in their own way. The hit-rate row compares the share
 # of prompt tokens each engine found in its cache on its second pass over a set of documents
-# (chapter 04 calls the pass a "round"; it is not one of chapter 07's rounds). It leans where one
-# engine's hit rate is more than 10% above the other's, as a ratio; a hit rate counts tokens, not
-# time, so it does not depend on the machine's speed, and it may lean on the cpu profile. The
+# (chapter 04 calls the pass a "round"; it is not one of chapter 07's rounds). It leans where the
+# ratio of the two hit rates, vLLM's over SGLang's, is more than 10% from 1; a hit rate counts
+# tokens, not time, so it does not depend on the machine's speed, and it may lean on the cpu
+# profile. The
 # chunked-prefill row compares the longest pause in other users' streams ("stall") at each engine's
 # smallest chunk budget (the most prompt tokens one step may process, chapter 05): vLLM against
 # SGLang's set-up that stalled less, its default or `--enable-mixed-chunk`. On a GPU profile it
@@ -193,20 +194,21 @@ for _, row in selection.iterrows():
 # :::{dropdown} How we know: the figure and the table repeat the saved numbers
 # The check below reads the saved files again with pandas, apart from the guide's code: it picks
 # chapter 07's runs itself (the random prompts at the fewest and the most requests in flight, and
-# the shared-prefix, multi-turn and long-prompt runs) and prints four values. The figure's median,
-# lowest and highest round are those of the per-round vLLM/SGLang ratios in `head_to_head.csv`; each
-# head-to-head row's leaning is the rule applied to those ratios (on the cpu profile the rule's code
-# is checked against them all the same, and every row must say "not indicative"); the speculative
-# row names the method with the highest speedup at chapter 06's smallest load in
-# `speculative_summary.csv`; and every chapter whose results this profile holds is cited in the
-# evidence column. Where a chapter has not been run on a profile its
-# value is left out, as its rows are.
+# the shared-prefix, multi-turn and long-prompt runs) and prints four values, in this order. `figure`: the
+# figure draws those runs, with the median, lowest and highest round of their per-round vLLM/SGLang
+# ratios in `head_to_head.csv`, turned as the text says, and the tie's band. `leanings`: the rule
+# applied to those ratios gives what the guide's code gives, and the guide's column shows it (on the
+# cpu profile every row must say "not indicative"). `speculative`: the speculative row names the
+# method with the highest speedup at chapter 06's smallest load in `speculative_summary.csv`.
+# `cited`: every chapter whose results this profile holds is cited in the evidence column. Where a
+# chapter has not been run on a profile its value prints "n/a", as its rows are left out.
 # :::
 #
 # :::{dropdown} How we know: where the articles' guide and this one disagree
 # Where the articles' guide (ledger rows `guide-vllm-for-rag`, `guide-sglang-for-json`,
-# `guide003-vllm-under-memory-pressure`, `guide003-chat-sglang-api-vllm`, which the first two rows
-# answer) and this one disagree, the evidence column says which cell or ledger row to open.
+# `guide003-vllm-under-memory-pressure`, `guide003-chat-sglang-api-vllm`) and this one disagree, the
+# evidence column says which cell or ledger row to open: the first two rows answer
+# `guide003-chat-sglang-api-vllm`, the shared-prefix row `guide-vllm-for-rag`.
 # :::
 
 # %%
@@ -217,19 +219,26 @@ def saved(name: str) -> pd.DataFrame | None:
 
 
 checks = {}
-if (h2h := saved("head_to_head.csv")) is not None:
+if (h2h := saved("head_to_head.csv")) is not None and "round" in h2h:
     vllm_runs = h2h[h2h.engine == "vllm"].drop_duplicates("run")
     swept = vllm_runs[vllm_runs.workload == "random"].dropna(subset=["concurrency"]).sort_values("concurrency")
-    picked = [(swept.run.iloc[0], "p50_e2el_ms"), (swept.run.iloc[-1], "output_throughput")] + [
-        (r, "p50_e2el_ms") for w in ("shared_prefix", "multi_turn", "long_prompt")
-        for r in vllm_runs[vllm_runs.workload == w].run.iloc[:1]]
+    picked = ([(r, "p50_e2el_ms") for r in swept.run.iloc[:1]] + [(r, "output_throughput") for r in swept.run.iloc[-1:]]
+              + [(r, "p50_e2el_ms") for w in ("shared_prefix", "multi_turn", "long_prompt")
+                 for r in vllm_runs[vllm_runs.workload == w].run.iloc[:1]])
     per_round = h2h.pivot_table(index=["run", "round"], columns="engine", values=["p50_e2el_ms", "output_throughput"])
     again = {(run, m): (per_round[(m, "vllm")] / per_round[(m, "sglang")]).xs(run, level="run") for run, m in picked}
-    shown_rows = {(r.run, r.metric): r for _, r in ratios.iterrows()}
-    # the figure's rows are these runs, with their median, lowest and highest round
-    checks["figure"] = set(shown_rows) == set(again) and all(
-        abs(shown_rows[k][c] - f(v)) < 1e-9 for k, v in again.items()
-        for c, f in (("median", pd.Series.median), ("lowest round", pd.Series.min), ("highest round", pd.Series.max)))
+    rows = {(r.run, r.metric): (r, d) for (_, r), (_, d) in zip(ratios.iterrows(), shown.iterrows(), strict=True)}
+
+    def drawn(values: pd.Series, lower_is_better: bool) -> list[float]:  # median, lowest, highest, band, as drawn
+        turn = (lambda x: 1 / x) if lower_is_better else (lambda x: x)
+        ends = sorted([turn(values.min()), turn(values.max())])
+        return [turn(values.median()), *ends, *sorted([turn(1 - tie), turn(1 + tie)])]
+
+    # the figure draws these runs: their median, lowest and highest round, and the tie, turned as the text says
+    checks["figure"] = set(rows) == set(again) and all(
+        max(abs(a - b) for a, b in zip(drawn(v, k[1] != "output_throughput"),
+                                       rows[k][1][["median", "lowest", "highest", "band low", "band high"]],
+                                       strict=True)) < 1e-9 for k, v in again.items())
 
     def by_the_rule(values: pd.Series, lower_is_better: bool) -> str:  # the rule, on the raw per-round ratios
         ahead = values < 1 if lower_is_better else values > 1
@@ -238,24 +247,26 @@ if (h2h := saved("head_to_head.csv")) is not None:
         return "vLLM" if ahead.all() else "SGLang"
 
     said = selection.set_index("situation").leaning
-    rule = {k: by_the_rule(v, k[1] != "output_throughput") for k, v in again.items()}
     # the guide's rule gives what the raw ratios give, on every profile; the guide's column shows it (on the cpu
     # profile: "not indicative", in every row)
-    checks["leanings"] = all(
-        sg.lean_over_rounds(shown_rows[k], shown_rows[k]["lower is better"], tie).split(" ")[0] == r
-        and (said[shown_rows[k].situation] == sg.NOT_INDICATIVE if prof.is_cpu
-             else said[shown_rows[k].situation].split(" ")[0] == r) for k, r in rule.items())
+    checks["leanings"] = checks["figure"] and all(
+        sg.lean_over_rounds(rows[k][0], rows[k][0]["lower is better"], tie).split(" ")[0] == r
+        and (said[rows[k][0].situation] == sg.NOT_INDICATIVE if prof.is_cpu
+             else said[rows[k][0].situation].split(" ")[0] == r)
+        for k, r in ((k, by_the_rule(v, k[1] != "output_throughput")) for k, v in again.items()))
 if (summary := saved("speculative_summary.csv")) is not None:
     loads = {int(c.split(", ")[-1].split()[0]): c for c in summary if c.startswith("speedup, ") and "request" in c}
-    best = summary.loc[summary[loads[min(loads)]].idxmax(), "method"]
+    at = [f"{what}, {loads[b].removeprefix('speedup, ')}" for b in (min(loads), max(loads))
+          for what in ("speedup", "lowest round", "highest round")]
+    best = summary.dropna(subset=at).set_index("method")[loads[min(loads)]].idxmax()
     # the speculative row names chapter 06's fastest method at its smallest load
     checks["speculative"] = bool(selection.measured.str.contains(f": {best}, speedup", regex=False).any())
 holds = {"04": "prefix_verdict.csv", "05": "chunked_prefill_live.csv", "06": "speculative_summary.csv",
          "07": "head_to_head.csv"}
 # every chapter whose results this profile holds is cited in the evidence column
-checks["cited"] = all(selection.evidence.str.contains(f"chapter {c}").any() for c, f in holds.items() if saved(f)
-                      is not None)
-print(*checks.values())
+checks["cited"] = all(selection.evidence.str.contains(f"chapter {c}").any() for c, f in holds.items()
+                      if (folder / f).is_file())
+print(*(checks.get(name, "n/a") for name in ("figure", "leanings", "speculative", "cited")))  # n/a: not run here
 
 # %% [markdown]
 # ## What to remember

@@ -232,7 +232,10 @@ def test_exercise_three_cases_include_rounds_that_disagree_and_follow_lean_over_
     ratios = sg.timing_ratios(tmp_path)
     cases = sgx.favoured_cases(ratios)
     assert {expected for _, expected in cases.values()} == {"vLLM", "SGLang", "either"}
-    assert cases["a median beyond the tie, one round the other way"][1] == "either"
+    assert cases["made-up row 0.8, 0.7, 1.05, True, 0.1"][1] == "either"  # a median beyond the tie, rounds disagree
+    assert cases["made-up row 0.93, 0.91, 0.95, True, 0.05"][1] == "vLLM"  # only a 5% tie lets it lean
+    assert cases["made-up row 0.95, 0.93, 0.97, True, 0.1"][1] == "either"
+    assert sgx.speculation_cases(tmp_path / "nothing saved")  # the made-up speedups need no chapter 06
     for _, row in ratios.iterrows():  # the row's own rounds give what the guide says on a GPU profile
         args, expected = cases[f"{row.situation}, tie 10%"]
         assert expected == sg.lean_over_rounds(row, row["lower is better"]).split(" ")[0]

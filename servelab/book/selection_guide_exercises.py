@@ -22,6 +22,9 @@ Cases = dict[str, tuple[tuple, str]]
 FIXED_LEAN_PROBES = ((0.93, True, 0.05), (0.93, True, 0.10), (0.905, True, 0.10), (0.8, False, 0.10),
                      (1.25, True, 0.10), (1.07, False, 0.05), (1.03, False, 0.05))
 FIXED_SPEEDUP_PROBES = ((0.9, 1.1), (1.01, 1.2), (0.8, 0.99), (1.0, 1.2), (0.8, 1.0))
+# made-up rows (median, lowest round, highest round, lower is better, tie): the tie decides, whatever the run measured
+FIXED_ROW_PROBES = ((0.95, 0.93, 0.97, True, 0.10), (0.93, 0.91, 0.95, True, 0.05), (1.08, 1.06, 1.10, False, 0.05),
+                    (0.93, 0.90, 0.96, False, 0.05), (0.8, 0.7, 1.05, True, 0.10))
 
 
 def lean_cases(ratios: pd.DataFrame, ties: tuple[float, ...] = (sg.TIE, sg.TIE / 2)) -> Cases:
@@ -45,7 +48,7 @@ def favoured_cases(ratios: pd.DataFrame, ties: tuple[float, ...] = (sg.TIE, sg.T
     """Exercise 3: the arguments (median, lowest round, highest round, lower_is_better, tie) and the engine
     `lean_over_rounds` favours, as a GPU profile reads it: "vLLM", "SGLang" or "either". For each of `ratios`' rows
     (`timing_ratios`): its rounds at each tie, and the same rounds inverted (SGLang's value over vLLM's); then a row
-    whose median clears the tie while one round favours the other engine."""
+    made-up rows where the tie decides, and one whose median clears the tie while a round favours the other engine."""
     def expected(median: float, low: float, high: float, lower: bool, tie: float) -> str:
         ahead = [v < 1 if lower else v > 1 for v in (low, high)]
         stats = pd.Series({"median": median, "favoured in every round":
@@ -60,19 +63,18 @@ def favoured_cases(ratios: pd.DataFrame, ties: tuple[float, ...] = (sg.TIE, sg.T
         probes.append(("inverted", (1 / m, 1 / high, 1 / low, lower, ties[0])))
         for what, args in probes:
             cases[f"{row.situation}, {what}"] = (args, expected(*args))
-    args = (0.8, 0.7, 1.05, True, ties[0])
-    cases["a median beyond the tie, one round the other way"] = (args, expected(*args))
+    for args in FIXED_ROW_PROBES:  # the last: a median beyond the tie, one round the other way
+        cases["made-up row " + ", ".join(map(str, args))] = (args, expected(*args))
     return cases
 
 
 def speculation_cases(folder: Path) -> Cases:
     """Exercise 2: for each method and load in chapter 06's summary, its lowest and highest round's speedup and
     what the guide says of it: "helps", "hurts" or "not resolved"."""
-    summary = sg.saved_table(folder, "speculative_summary", ("method",))
-    if summary is None:
-        return {}
     cases: Cases = {}
-    for at in (m.group(1) for c in summary.columns if (m := sg.SPEEDUP_COLUMN.match(str(c)))):
+    summary = sg.saved_table(folder, "speculative_summary", ("method",))
+    for at in ([] if summary is None else
+               [m.group(1) for c in summary.columns if (m := sg.SPEEDUP_COLUMN.match(str(c)))]):
         for _, row in summary.dropna(subset=[f"lowest round, {at}", f"highest round, {at}"]).iterrows():
             low, high = float(row[f"lowest round, {at}"]), float(row[f"highest round, {at}"])
             said = spec_load.spread_verdict(low, high, 1)
