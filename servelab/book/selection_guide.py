@@ -92,7 +92,11 @@ METRIC_NAMES = {"p50_e2el_ms": N_("median request latency"), "p50_ttft_ms": N_("
 
 def _head_to_head_table(folder: Path) -> pd.DataFrame | None:
     return saved_table(folder, "head_to_head", ("engine", "run", "workload", "concurrency", "p50_ttft_ms",
-                                         "p50_e2el_ms", "output_throughput"))
+                                                "p50_e2el_ms", "output_throughput"))
+
+
+TIMING_COLUMNS = ["situation", "run", "metric", "lower is better", "median", "lowest round", "highest round",
+                  "favoured in every round", "rounds"]
 
 
 def timing_ratios(folder: Path) -> pd.DataFrame:
@@ -100,22 +104,24 @@ def timing_ratios(folder: Path) -> pd.DataFrame:
     row, its situation, run and metric, whether lower is better, the vLLM/SGLang ratio of the median round, the
     lowest and highest round, and the engine every round favoured ("" where they disagree). Empty when chapter
     07 has not saved its runs in `folder`."""
-    columns = ["situation", "run", "metric", "lower is better", "median", "lowest round", "highest round",
-               "favoured in every round", "rounds"]
     table = _head_to_head_table(folder)
-    if table is None:
-        return pd.DataFrame(columns=columns)
+    return pd.DataFrame(columns=TIMING_COLUMNS) if table is None else _timing_rows(table)
+
+
+def _timing_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """`timing_ratios` of chapter 07's saved table."""
     runs = table[table.engine == "vllm"].drop_duplicates("run")
     sweep = runs[runs.workload.eq("random")].dropna(subset=["concurrency"]).sort_values("concurrency")
     picked = {"fewest in flight": sweep.run.iloc[:1].tolist(), "most in flight": sweep.run.iloc[-1:].tolist()}
+    spreads = {m: h2h.ratio_spread(table, m, lower_is_better=m != "output_throughput")
+               for m in {metric for _, _, metric in TIMING_ROWS}}
     rows = []
     for situation, pick, metric in TIMING_ROWS:
         for run in picked.get(pick, runs[runs.workload == pick].run.iloc[:1].tolist()):
-            lower = metric != "output_throughput"
-            r = h2h.ratio_spread(table, metric, lower_is_better=lower).loc[run]
-            rows.append({"situation": situation, "run": run, "metric": metric, "lower is better": lower,
-                         **{c: r[c] for c in columns[4:]}})
-    return pd.DataFrame(rows, columns=columns)
+            r = spreads[metric].loc[run]
+            rows.append({"situation": situation, "run": run, "metric": metric,
+                         "lower is better": metric != "output_throughput", **{c: r[c] for c in TIMING_COLUMNS[4:]}})
+    return pd.DataFrame(rows, columns=TIMING_COLUMNS)
 
 
 def advantage(ratios: pd.DataFrame, tie: float = TIE) -> pd.DataFrame:
@@ -145,9 +151,8 @@ def _head_to_head(folder: Path, indicative: bool, tie: float = TIE) -> list[dict
 
     hits = _prefix_hit_rates(folder)
     rows = []
-    for _, row in timing_ratios(folder).iterrows():
-        spread = h2h.ratio_spread(table, row.metric, lower_is_better=row["lower is better"]).loc[row.run]
-        measured = f"{row.run}: {METRIC_NAMES[row.metric]} vLLM/SGLang {said(spread)}"
+    for _, row in _timing_rows(table).iterrows():
+        measured = f"{row.run}: {METRIC_NAMES[row.metric]} vLLM/SGLang {said(row)}"
         if row.metric != "output_throughput":
             context = said(ttft.loc[row.run])  # the one-request row gives it in brackets, the others after a comma
             first = row.situation == TIMING_ROWS[0][0]
@@ -158,7 +163,7 @@ def _head_to_head(folder: Path, indicative: bool, tie: float = TIE) -> list[dict
         if row.situation == TIMING_ROWS[2][0] and hits:
             measured += f"; context, chapter 04's multi-turn hit rate: {hits}"
             evidence += "; chapter 04 (results prefix_verdict.csv); ledger guide-vllm-for-rag"
-        leaning = lean_over_rounds(spread, row["lower is better"], tie) if indicative else NOT_INDICATIVE
+        leaning = lean_over_rounds(row, row["lower is better"], tie) if indicative else NOT_INDICATIVE
         rows.append({"situation": row.situation, "measured": measured, "leaning": leaning, "evidence": evidence})
     return rows
 
