@@ -39,9 +39,21 @@ if [ -z "${SERVELAB_CHROMIUM:-}" ] && ! command -v chromium >/dev/null && ! comm
   echo "[test] chromium set-up took $(( $(date +%s) - start )) s"
 fi
 ruff check .
+# The chapters to re-execute, in lanes that run side by side, one per core (servelab/book/lanes.py), and those that
+# read what the lanes save, which run after them.
 stale=$(mktemp)
-python -m servelab keys --profile cpu "${all[@]}" --write "$stale"
-mapfile -t notebooks < "$stale"
+python -m servelab keys --profile cpu "${all[@]}" --lanes "$stale"
+declare -A lane_notebooks=() lane_cpus=() lane_bind=()
+after=()
+while read -r lane cpus bind path; do
+  if [ "$lane" = after ]; then
+    after+=("$path")
+  else
+    lane_notebooks[$lane]+="$path "
+    lane_cpus[$lane]=$cpus
+    lane_bind[$lane]=$bind
+  fi
+done < "$stale"
 rm -f "$stale"
 # Re-executed chapters save their measurements here, not over the committed results/; it starts as a copy of
 # them, so a re-executed chapter that reads another chapter's results finds them.
@@ -51,7 +63,8 @@ export SERVELAB_RESULTS
 # Three pytest sessions. The tests that start engine servers (marker `server`), with the GPU profiles' plans (many
 # engine-parser runs), and all the other tests run side by side, each mostly on one core (engine imports, parsers,
 # the book build); then the stale chapters run under nbval alone, on a quiet machine, since they time the engines,
-# with tests/test_notebooks.py, which must see them in its session. The two sides are about equally long.
+# with tests/test_notebooks.py, which must see them in its session (or be told which lanes re-executed). The two
+# sides are about equally long.
 # Each session notes its engine starts (tests/conftest.py); the last session's count is the whole run's. Scripts
 # run inside engine venvs go through fork servers that import the engine once (servelab/machine/warm_scripts.py).
 logs="$(mktemp -d)"
@@ -77,10 +90,42 @@ echo "[test] the tests that start engine servers, then the GPU profiles' plans, 
 cat "$logs/servers.log"
 echo "[test] the side-by-side sessions took $(( $(date +%s) - start )) s"
 cat "$logs/servers.jsonl" "$logs/rest.jsonl" > "$logs/starts.jsonl" 2>/dev/null
-SERVELAB_START_LOG="$logs/starts.jsonl" python -m pytest tests/test_notebooks.py "${notebooks[@]}" --nbval-lax \
-  --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=15 "$@"
+export SERVELAB_START_LOG="$logs/starts.jsonl"
+nbval=(--nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=15)
+notebooks=()
+lanes_rc=0
+if [ "${#lane_notebooks[@]}" = 1 ]; then  # one lane, not pinned: it runs in the last session, on a quiet machine
+  read -r -a notebooks <<< "${lane_notebooks[0]}"
+elif [ "${#lane_notebooks[@]}" -gt 1 ]; then
+  # Each lane on its own core, and vLLM's compute bound to it (its auto-binding picks the same core in every lane).
+  start=$(date +%s)
+  pids=()
+  reexecuted=()
+  for lane in "${!lane_notebooks[@]}"; do
+    read -r -a these <<< "${lane_notebooks[$lane]}"
+    reexecuted+=("${these[@]}")
+    pin=()
+    command -v taskset >/dev/null && pin=(taskset -c "${lane_cpus[$lane]}")
+    VLLM_CPU_OMP_THREADS_BIND="${lane_bind[$lane]}" "${pin[@]}" python -m pytest "${these[@]}" "${nbval[@]}" "$@" \
+      > "$logs/lane$lane.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" || lanes_rc=1
+  done
+  for lane in "${!lane_notebooks[@]}"; do
+    echo "[test] lane $lane (cores ${lane_cpus[$lane]}): ${lane_notebooks[$lane]}"
+    cat "$logs/lane$lane.log"
+  done
+  echo "[test] the lanes took $(( $(date +%s) - start )) s"
+  names=("${reexecuted[@]##*/}")
+  set -- "$@" --reexecuted-in-lanes "$(IFS=,; echo "${names[*]%.ipynb}")"
+fi
+python -m pytest tests/test_notebooks.py "${notebooks[@]}" "${after[@]}" "${nbval[@]}" "$@"
 chapters=$?
-echo "[test] exit status: servers $server_rc, other tests $rest, chapters and notebooks $chapters (5: none collected)"
+[ "$lanes_rc" = 0 ] || chapters=1
+echo "[test] exit status: servers $server_rc, other tests $rest, chapters and notebooks $chapters (5: none collected;" \
+  "lanes $lanes_rc)"
 failed=0
 [ "$server_rc$rest$chapters" != 555 ] || failed=1  # never pass by testing nothing
 for rc in "$server_rc" "$rest" "$chapters"; do

@@ -35,6 +35,12 @@ ENGINE_MARKERS = ("engine_venv", "server")
 _fast_home: str | None = None
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--reexecuted-in-lanes", default="", metavar="CHAPTERS",
+                     help="comma-separated chapters ./test.sh re-executed under nbval in sessions of their own, "
+                          "side by side, before this one (tests/test_notebooks.py takes them as re-executed)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _fast_home
     if os.environ.get("SERVELAB_COLD_SCRIPTS") != "1":

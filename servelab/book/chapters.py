@@ -29,6 +29,11 @@ class NotebookFailed(RuntimeError):
     pass
 
 
+def notebook_path(name: str) -> str:
+    """The executed notebook of chapter `name`, relative to the repository (as ./test.sh passes it to pytest)."""
+    return str(NOTEBOOKS.relative_to(REPO) / f"{name}.ipynb")
+
+
 def sources(names: list[str] | None = None) -> list[Path]:
     """The chapters' jupytext sources in order; `names` picks some (e.g. ["00_setup_check"])."""
     found = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
