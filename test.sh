@@ -8,6 +8,8 @@
 # notebook was executed with, or when it reads results of a chapter that is re-executed; the others are
 # checked as committed (key, check cells, no newer input). The run prints which, and why.
 #
+# The test sessions and the stale chapters run in lanes, one per core, each pinned (servelab/book/lanes.py).
+#
 # ./test.sh --all: re-execute every chapter.
 # ./test.sh --fast: lint and the fast tests only (no engine venv, no server, no book build, no browser; about two
 # minutes). Sets up no engine; SERVELAB_FAST=1 points SERVELAB_HOME at an empty folder for the run,
@@ -39,97 +41,56 @@ if [ -z "${SERVELAB_CHROMIUM:-}" ] && ! command -v chromium >/dev/null && ! comm
   echo "[test] chromium set-up took $(( $(date +%s) - start )) s"
 fi
 ruff check .
-# The chapters to re-execute, in lanes that run side by side, one per core (servelab/book/lanes.py), and those that
-# read what the lanes save, which run after them.
 stale=$(mktemp)
-python -m servelab keys --profile cpu "${all[@]}" --lanes "$stale"
-declare -A lane_notebooks=() lane_cpus=() lane_bind=()
-after=()
-while read -r lane cpus bind path; do
-  if [ "$lane" = after ]; then
-    after+=("$path")
-  else
-    lane_notebooks[$lane]+="$path "
-    lane_cpus[$lane]=$cpus
-    lane_bind[$lane]=$bind
-  fi
-done < "$stale"
-rm -f "$stale"
+python -m servelab keys --profile cpu "${all[@]}" --write "$stale"
 # Re-executed chapters save their measurements here, not over the committed results/; it starts as a copy of
 # them, so a re-executed chapter that reads another chapter's results finds them.
 SERVELAB_RESULTS="$(mktemp -d)"
 cp -r results/. "$SERVELAB_RESULTS/"
 export SERVELAB_RESULTS
-# Three pytest sessions. The tests that start engine servers (marker `server`), with the GPU profiles' plans (many
-# engine-parser runs), and all the other tests run side by side, each mostly on one core (engine imports, parsers,
-# the book build); then the stale chapters run under nbval alone, on a quiet machine, since they time the engines,
-# with tests/test_notebooks.py, which must see them in its session (or be told which lanes re-executed). The two
-# sides are about equally long.
-# Each session notes its engine starts (tests/conftest.py); the last session's count is the whole run's. Scripts
-# run inside engine venvs go through fork servers that import the engine once (servelab/machine/warm_scripts.py).
+# The test sessions and the stale chapters (each under nbval) run in lanes, one per core, each lane taking the longest
+# job left whenever it is free (servelab/book/lanes.py): a session or a chapter keeps about one core busy, so two run
+# side by side about as fast as one alone. The sessions, split by marker: the tests that start engine servers, the
+# GPU profiles' plans (many engine-parser runs), the book build and the browser, the tests inside engine venvs, and
+# the fast tests. Seconds and GiB: how long each took and the most memory it held on a 2-core machine (the lanes print
+# both, measured, at the end), for the order and for what fits together. Then the chapters that read what
+# the lanes saved, with tests/test_notebooks.py, told which chapters the lanes re-executed.
+# Each job notes its engine starts (tests/conftest.py); the last session counts the whole run's. Scripts run inside
+# engine venvs go through fork servers that import the engine once (servelab/machine/warm_scripts.py).
 logs="$(mktemp -d)"
-plans=(tests/test_launch_plan.py tests/test_gpu_profiles.py)
-common=(--ignore tests/test_notebooks.py -p no:cacheprovider --durations=15)
+common="--ignore tests/test_notebooks.py -p no:cacheprovider --durations=15"
+plans="tests/test_launch_plan.py tests/test_gpu_profiles.py"
+ignore_plans="--ignore tests/test_launch_plan.py --ignore tests/test_gpu_profiles.py"
+sessions="$logs/sessions.tsv"
+{
+  printf 'engine servers\t480\t9\tpython -m pytest tests -m server %s\n' "$common"
+  printf 'gpu plans\t170\t3\tpython -m pytest %s -m "not server" %s\n' "$plans" "$common"
+  printf 'book and browser\t240\t3\tpython -m pytest tests -m "not server and (book or browser)" %s %s\n' \
+    "$ignore_plans" "$common"
+  printf 'engine venvs\t240\t4\tpython -m pytest tests -m "%s" %s %s\n' \
+    "not server and not (book or browser) and engine_venv" "$ignore_plans" "$common"
+  printf 'fast tests\t180\t2\tpython -m pytest tests -m "not (server or book or browser or engine_venv)" %s %s\n' \
+    "$ignore_plans" "$common"
+} > "$sessions"
 start=$(date +%s)
 set +e
-(
-  export SERVELAB_START_LOG="$logs/servers.jsonl"
-  python -m pytest tests -m server "${common[@]}" "$@"
-  first=$?
-  python -m pytest "${plans[@]}" -m "not server" "${common[@]}" "$@"
-  second=$?
-  [ "$first" = 0 ] || exit "$first"
-  exit "$second"
-) > "$logs/servers.log" 2>&1 &
-servers=$!
-SERVELAB_START_LOG="$logs/rest.jsonl" python -m pytest tests -m "not server" "${plans[@]/#/--ignore=}" "${common[@]}" "$@"
-rest=$?
-wait "$servers"
-server_rc=$?
-echo "[test] the tests that start engine servers, then the GPU profiles' plans, run beside the others:"
-cat "$logs/servers.log"
-echo "[test] the side-by-side sessions took $(( $(date +%s) - start )) s"
-cat "$logs/servers.jsonl" "$logs/rest.jsonl" > "$logs/starts.jsonl" 2>/dev/null
-export SERVELAB_START_LOG="$logs/starts.jsonl"
-nbval=(--nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=15)
-notebooks=()
-lanes_rc=0
-if [ "${#lane_notebooks[@]}" = 1 ]; then  # one lane, not pinned: it runs in the last session, on a quiet machine
-  read -r -a notebooks <<< "${lane_notebooks[0]}"
-elif [ "${#lane_notebooks[@]}" -gt 1 ]; then
-  # Each lane on its own core, and vLLM's compute bound to it (its auto-binding picks the same core in every lane).
-  start=$(date +%s)
-  pids=()
-  reexecuted=()
-  for lane in "${!lane_notebooks[@]}"; do
-    read -r -a these <<< "${lane_notebooks[$lane]}"
-    reexecuted+=("${these[@]}")
-    pin=()
-    command -v taskset >/dev/null && pin=(taskset -c "${lane_cpus[$lane]}")
-    VLLM_CPU_OMP_THREADS_BIND="${lane_bind[$lane]}" "${pin[@]}" python -m pytest "${these[@]}" "${nbval[@]}" "$@" \
-      > "$logs/lane$lane.log" 2>&1 &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" || lanes_rc=1
-  done
-  for lane in "${!lane_notebooks[@]}"; do
-    echo "[test] lane $lane (cores ${lane_cpus[$lane]}): ${lane_notebooks[$lane]}"
-    cat "$logs/lane$lane.log"
-  done
-  echo "[test] the lanes took $(( $(date +%s) - start )) s"
-  names=("${reexecuted[@]##*/}")
-  set -- "$@" --reexecuted-in-lanes "$(IFS=,; echo "${names[*]%.ipynb}")"
-fi
-python -m pytest tests/test_notebooks.py "${notebooks[@]}" "${after[@]}" "${nbval[@]}" "$@"
+python -m servelab.book.lanes --stale "$stale" --sessions "$sessions" --logs "$logs" --after "$logs/after.txt" -- "$@"
+lanes=$?
+echo "[test] the lanes took $(( $(date +%s) - start )) s"
+mapfile -t after < "$logs/after.txt"
+mapfile -t reexecuted < "$stale"
+rm -f "$stale"
+cat "$logs"/*.starts.jsonl > "$logs/starts.jsonl" 2>/dev/null
+names=("${reexecuted[@]##*/}")
+SERVELAB_START_LOG="$logs/starts.jsonl" python -m pytest tests/test_notebooks.py "${after[@]}" --nbval-lax \
+  --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=15 \
+  --reexecuted-in-lanes "$(IFS=,; echo "${names[*]%.ipynb}")" "$@"
 chapters=$?
-[ "$lanes_rc" = 0 ] || chapters=1
-echo "[test] exit status: servers $server_rc, other tests $rest, chapters and notebooks $chapters (5: none collected;" \
-  "lanes $lanes_rc)"
+echo "[test] exit status: lanes (every test session, the chapters in them) $lanes, chapters after them and" \
+  "notebooks $chapters"
 failed=0
-[ "$server_rc$rest$chapters" != 555 ] || failed=1  # never pass by testing nothing
-for rc in "$server_rc" "$rest" "$chapters"; do
-  [ "$rc" = 0 ] || [ "$rc" = 5 ] || failed=1
+for rc in "$lanes" "$chapters"; do  # lanes fail where every job collected nothing: never pass by testing nothing
+  [ "$rc" = 0 ] || failed=1
 done
 if [ "$failed" = 0 ]; then
   rm -rf "$SERVELAB_RESULTS" "$logs"

@@ -533,7 +533,7 @@ print(not verdict["exact"], verdict["resample_from_q"], verdict["accept_all"])
 # alone.
 #
 # A speedup is taken within one round: the method's rate over the plain server's in that same
-# round (`paired_speedups`). The chapter states the median of the rounds. It reads a speedup as
+# round (`round_speedups`). The chapter states the median of the rounds. It reads a speedup as
 # faster or slower only where every round agrees, the lowest and the highest round on the same
 # side of 1 (`spread_verdict`); otherwise the speedup is "not resolved with" that many rounds.
 #
@@ -590,8 +590,10 @@ vllm_defaults = background.submit(setups.vllm_spec_defaults, prof.vllm_env)
 
 task_rounds = pd.concat(task_rounds, ignore_index=True)
 sweep_rounds = pd.concat(sweep_rounds, ignore_index=True)
-task_speedups = load.paired_speedups(task_rounds, ["task"], "decode tokens/s")
-sweep_speedups = load.paired_speedups(sweep_rounds, ["concurrency"], "decode tokens/s per request")
+task_per_round = load.round_speedups(task_rounds, ["task"], "decode tokens/s")  # each round's speedups
+sweep_per_round = load.round_speedups(sweep_rounds, ["concurrency"], "decode tokens/s per request")
+task_speedups = load.over_rounds(task_per_round, ["task"])  # their median, lowest and highest
+sweep_speedups = load.over_rounds(sweep_per_round, ["concurrency"])
 results.save("speculative_rounds", pd.concat([task_rounds, sweep_rounds], ignore_index=True), prof, k=k,
              rounds=rounds, interleaved=together)
 first_round = task_rounds[(task_rounds["round"] == 0) & (task_rounds.method != "plain")]
@@ -720,7 +722,7 @@ if own_draft:
     own = tasks[tasks.method == own_draft]
     draft_step, verification = load.batch_costs(k, 1.0, 1, verify_cost)  # per draft token, and per verification
     own_mean = load.over_rounds(  # the mean over the tasks, one per round
-        load.round_speedups(task_rounds[task_rounds.method.isin(["plain", own_draft])], ["task"], "decode tokens/s")
+        task_per_round[task_per_round.method == own_draft]
         .groupby(["method", "round"], sort=False).speedup.mean().reset_index(), []).iloc[0]
     print(f"the model as its own draft: acceptance rate {own['acceptance rate'].min():.2f} at the least; "
           f"predicted with c = 1, (k + 1) / (v(k + 2) + k - 1 + v(k + 1)) = "
@@ -1256,12 +1258,11 @@ pd.concat([spec_sweep.pivot(index="concurrency", columns="method", values=col).a
 # :::
 
 # %%
-per_round = load.round_speedups(sweep_rounds, ["concurrency"], "decode tokens/s per request")
 trends = []
 for name, rows in spec_sweep.groupby("method", sort=False):
     predicted_change = load.sweep_change(rows.assign(round=0, speedup=rows["predicted speedup"]))
     test = load.trend_test(predicted_change)
-    changes = [load.sweep_change(one) for _, one in per_round[per_round.method == name].groupby("round")]
+    changes = [load.sweep_change(one) for _, one in sweep_per_round[sweep_per_round.method == name].groupby("round")]
     trends.append({"method": name, "predicted change": predicted_change, "test": test,
                    "lowest round": min(changes), "highest round": max(changes),
                    "verdict": load.trend_verdict(test, changes)})
@@ -1563,8 +1564,7 @@ gpu.round(2)
 repetitive = tasks[tasks.task.isin(setups.REPETITIVE)].groupby("method", sort=False)
 accept_b = sweep.pivot(index="method", columns="concurrency", values="acceptance rate")
 # one number per method and round, the mean over the four tasks, then its median and range over the rounds
-task_mean = (load.round_speedups(task_rounds, ["task"], "decode tokens/s")
-             .groupby(["method", "round"], sort=False).speedup.mean().reset_index())
+task_mean = task_per_round.groupby(["method", "round"], sort=False).speedup.mean().reset_index()
 stated = {"tasks one at a time": load.over_rounds(task_mean, []).set_index("method")}
 for b in (concurrency[0], concurrency[-1]):
     stated[f"sweep task, {b} request{'s' if b > 1 else ''}"] = spec_sweep[spec_sweep.concurrency == b].set_index(

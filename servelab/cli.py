@@ -35,8 +35,6 @@ def main(argv: list[str] | None = None) -> int:
     p_keys.add_argument("--profile", default="cpu")
     p_keys.add_argument("--all", action="store_true", help="re-execute every chapter")
     p_keys.add_argument("--write", help="write the notebooks to re-execute to this file, one path a line")
-    p_keys.add_argument("--lanes", help="write them to this file as `LANE CPUS BIND PATH` lines: the lanes that run "
-                        "side by side, one per core (servelab.book.lanes); LANE `after` runs after them")
     p_plan = sub.add_parser("plan", help="every server the book starts on a profile: commands, downloads, disk, "
                             "starts, time; each launch checked by the engines' own rules (no GPU needed)")
     p_plan.add_argument("--profile", default="auto")
@@ -142,26 +140,7 @@ def _keys(args: argparse.Namespace) -> int:
         stale = [chapters.notebook_path(st.chapter) for st in statuses if not st.current]
         with open(args.write, "w") as f:
             f.write("".join(f"{path}\n" for path in stale))
-    if args.lanes:
-        _write_lanes(statuses, args.lanes)
     return 0
-
-
-def _write_lanes(statuses: list, path: str) -> None:
-    from servelab.book import chapters, lanes
-
-    found, after = lanes.plan(statuses, chapters.NOTEBOOKS)
-    rows = []
-    for i, lane in enumerate(found):
-        cpus = ",".join(map(str, lane.cpus)) or "-"
-        print(f"[lanes] lane {i} ({'cores ' + cpus if lane.cpus else 'not pinned'}): {', '.join(lane.chapters)} "
-              f"(~{lane.seconds:.0f} s as last recorded)")
-        rows += [f"{i} {cpus} {lane.vllm_bind or '-'} {chapters.notebook_path(name)}" for name in lane.chapters]
-    if after:
-        print(f"[lanes] after them (they read what the lanes save): {', '.join(after)}")
-    rows += [f"after - - {chapters.notebook_path(name)}" for name in after]
-    with open(path, "w") as f:
-        f.write("".join(f"{row}\n" for row in rows))
 
 
 def _prose(names: list[str]) -> int:

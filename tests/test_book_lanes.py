@@ -1,83 +1,140 @@
-"""The lanes ./test.sh re-executes chapters in: longest first, each where it finishes soonest, one core each; a
-chapter that reads what another re-executed chapter saves runs after them."""
+"""The lanes ./test.sh runs its sessions and re-executed chapters in: one per core, each lane taking the longest job
+left whenever it is free; a chapter that reads what another re-executed chapter saves runs after them."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
-from servelab import cli
 from servelab.book import lanes
-from servelab.book.execution_key import Status
 
 
-def _notebook(folder, name, seconds=None, reads=(), saves=()):
+def _notebook(folder, name, seconds=None, reads=(), saves=(), peak_gib=None):
     meta = {"reads": {r: "x" for r in reads}, "saves": list(saves)}
     if seconds is not None:
         meta["seconds"] = seconds
+    if peak_gib is not None:
+        meta["peak_gib"] = peak_gib
     (folder / f"{name}.ipynb").write_text(json.dumps({"metadata": {"servelab": meta}, "cells": []}))
 
 
-def _stale(*names):
-    return [Status(name, "k", "changed") for name in names]
+def _sleeper(name, seconds, exit_code=0, gib=1.0):
+    """A job that sleeps `seconds`, prints its cores and exits with `exit_code`."""
+    code = (f"import os, time; time.sleep({seconds}); print(sorted(os.sched_getaffinity(0)), "
+            f"os.environ.get('VLLM_CPU_OMP_THREADS_BIND')); raise SystemExit({exit_code})")
+    return lanes.Job(name, (sys.executable, "-c", code), seconds, gib)
 
 
-def test_the_longest_chapter_goes_first_each_into_the_lane_that_finishes_soonest(tmp_path):
-    for name, seconds in [("00_a", 200), ("01_b", 700), ("02_c", 450), ("03_d", 400), ("04_e", 300)]:
-        _notebook(tmp_path, name, seconds)
-    found, after = lanes.plan(_stale("00_a", "01_b", "02_c", "03_d", "04_e"), tmp_path, cpus=[0, 1])
-    assert after == []
-    # 700 -> lane 0; 450 -> lane 1; 400 -> lane 1 (850); 300 -> lane 0 (1000); 200 -> lane 1 (1050)
-    assert [lane.chapters for lane in found] == [("01_b", "04_e"), ("00_a", "02_c", "03_d")]
-    assert [lane.seconds for lane in found] == [1000, 1050]
-    assert [lane.cpus for lane in found] == [(0,), (1,)]
-    assert [lane.vllm_bind for lane in found] == ["0", "1"]
+def _two_cores():
+    cpus = sorted(lanes.os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.fail("this test needs two cores to pin two lanes (./test.sh runs on a 2-core machine)")
+    return cpus[:2]
 
 
-def test_a_chapter_reading_what_a_stale_chapter_saves_runs_after_the_lanes(tmp_path):
-    _notebook(tmp_path, "04_a", 400, saves=["results/cpu/a.csv"])
+def test_a_chapter_reading_what_a_stale_chapter_saves_runs_after_the_others(tmp_path):
+    _notebook(tmp_path, "04_a", 400, saves=["results/cpu/a.csv"], peak_gib=8)
     _notebook(tmp_path, "05_b", 300, saves=["results/cpu/b.csv"])
     _notebook(tmp_path, "08_guide", 5, reads=["results/cpu/a.csv"])
     _notebook(tmp_path, "09_other", 5, reads=["results/cpu/z.csv"])
-    found, after = lanes.plan(_stale("04_a", "05_b", "08_guide", "09_other"), tmp_path, cpus=[0, 1])
+    jobs, after = lanes.chapter_jobs(["04_a", "05_b", "08_guide", "09_other"], tmp_path, ("-x",))
     assert after == ["08_guide"]
-    assert sorted(c for lane in found for c in lane.chapters) == ["04_a", "05_b", "09_other"]
-
-
-def test_one_chapter_or_one_core_is_one_lane_not_pinned(tmp_path):
-    for name in ("06_a", "07_b"):
-        _notebook(tmp_path, name, 100)
-    found, after = lanes.plan(_stale("06_a"), tmp_path, cpus=[0, 1])
-    assert [(lane.cpus, lane.chapters) for lane in found] == [((), ("06_a",))] and after == []
-    found, _ = lanes.plan(_stale("06_a", "07_b"), tmp_path, cpus=[3])
-    assert [(lane.cpus, lane.chapters) for lane in found] == [((), ("06_a", "07_b"))]
-    assert lanes.plan([Status("06_a", "k", "")], tmp_path, cpus=[0, 1]) == ([], [])
+    assert [(j.name, j.seconds) for j in jobs] == [("04_a", 400), ("05_b", 300), ("09_other", 5)]
+    assert jobs[0].gib == 8 * lanes.MARGIN and jobs[1].gib is None  # 05_b never recorded its peak
+    assert jobs[0].command[1:4] == ("-m", "pytest", str(tmp_path / "04_a.ipynb"))
+    assert "--nbval-lax" in jobs[0].command and jobs[0].command[-1] == "-x"
 
 
 def test_a_chapter_with_no_recorded_run_time_counts_as_long(tmp_path):
-    _notebook(tmp_path, "00_a", 500)
-    _notebook(tmp_path, "01_b", 100)
     _notebook(tmp_path, "02_new")
     assert lanes.recorded_seconds(tmp_path / "02_new.ipynb") == lanes.UNRECORDED_S
-    found, _ = lanes.plan(_stale("00_a", "01_b", "02_new"), tmp_path, cpus=[0, 1])
-    assert found[0].chapters == ("02_new",)
+    assert lanes.recorded_seconds(tmp_path / "missing.ipynb") == lanes.UNRECORDED_S
 
 
 def test_cores_split_into_contiguous_parts_and_vllm_keeps_one_for_its_scheduler():
     assert lanes.split_cpus([0, 1, 2, 3, 4], 2) == [(0, 1, 2), (3, 4)]
-    assert lanes.Lane((0, 1, 2), (), 0).vllm_bind == "1,2"
-    assert lanes.Lane((), (), 0).vllm_bind == ""
+    assert lanes.Lane((0, 1, 2)).vllm_bind == "1,2" and lanes.Lane((1,)).vllm_bind == "1"
+    assert [lane.cpus for lane in lanes.lanes_for([0, 1])] == [(0,), (1,)]
+    assert [lane.cpus for lane in lanes.lanes_for([5])] == [()]  # one core: one lane, not pinned
     with pytest.raises(ValueError, match="cannot split 1 cores into 2 lanes"):
         lanes.split_cpus([0], 2)
 
 
-def test_keys_command_writes_the_lanes(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda pid: {0, 1})
-    out = tmp_path / "lanes.txt"
-    assert cli.main(["keys", "--all", "--lanes", str(out)]) == 0
-    rows = [line.split() for line in out.read_text().splitlines()]
-    assert {(lane, cpus, bind) for lane, cpus, bind, _ in rows} == {("0", "0", "0"), ("1", "1", "1"),
-                                                                    ("after", "-", "-")}
-    assert [path for lane, *_, path in rows if lane == "after"] == ["notebooks/08_selection_guide.ipynb"]
-    assert len(rows) == 9 and "[lanes] lane 0 (cores 0)" in capsys.readouterr().out
+def test_each_lane_takes_the_longest_job_left_pinned_to_its_core(tmp_path):
+    jobs = [_sleeper("long", 1.2), _sleeper("mid", 0.8), _sleeper("short", 0.3), _sleeper("tiny", 0.1)]
+    done = lanes.run(jobs, lanes.lanes_for(_two_cores()), tmp_path, budget_gib=10)
+    order = [[d.job.name for d in lane.done] for lane in done]
+    # long -> lane 0, mid -> lane 1; mid ends first, so lane 1 takes short, then tiny (0.8 + 0.3 + 0.1 < 1.2)
+    assert order == [["long"], ["mid", "short", "tiny"]]
+    for lane in done:
+        for d in lane.done:
+            assert d.returncode == 0
+            assert d.log.read_text().split() == [f"[{lane.cpus[0]}]", str(lane.cpus[0])]
+
+
+def test_a_job_runs_only_where_its_memory_fits_beside_the_running_ones(tmp_path):
+    # big (6 GiB) and heavy (5 GiB) do not fit together in 10: heavy waits for big although a lane is free, and the
+    # light jobs run beside big meanwhile
+    jobs = [_sleeper("big", 1.0, gib=6), _sleeper("heavy", 0.9, gib=5), _sleeper("light", 0.3, gib=2),
+            _sleeper("light too", 0.2, gib=2)]
+    done = lanes.run(jobs, lanes.lanes_for(_two_cores()), tmp_path, budget_gib=10)
+    assert [[d.job.name for d in lane.done] for lane in done] in (
+        [["big", "heavy"], ["light", "light too"]], [["big"], ["light", "light too", "heavy"]])
+
+
+def test_a_chapter_never_measured_leaves_room_for_light_jobs_only(tmp_path):
+    jobs = [_sleeper("unmeasured", 0.8, gib=None), _sleeper("engine tests", 0.5, gib=4),
+            _sleeper("fast tests", 0.2, gib=2)]
+    # budget 10: the unmeasured chapter counts 7.5, so only the 2-GiB job runs beside it; the 4-GiB one waits
+    done = lanes.run(jobs, lanes.lanes_for(_two_cores()), tmp_path, budget_gib=10)
+    orders = [[d.job.name for d in lane.done] for lane in done]
+    assert ["unmeasured", "engine tests"] in orders or ["fast tests", "engine tests"] in orders
+    ends = {d.job.name: d for lane in done for d in lane.done}
+    assert ends["engine tests"].seconds < 1.0 and all(d.returncode == 0 for d in ends.values())
+
+
+def test_a_job_too_big_for_the_budget_runs_alone(tmp_path):
+    done = lanes.run([_sleeper("huge", 0.1, gib=50), _sleeper("small", 0.1, gib=1)],
+                     lanes.lanes_for(_two_cores()), tmp_path, budget_gib=10)
+    assert sorted(d.job.name for lane in done for d in lane.done) == ["huge", "small"]
+
+
+def test_a_failed_job_fails_the_report_and_so_does_testing_nothing(tmp_path, capsys):
+    lane = lanes.Lane(())
+    lane.done = [lanes.Done(_sleeper("ok", 0), (), 0, 1.0, tmp_path / "ok.log"),
+                 lanes.Done(_sleeper("none", 0), (), lanes.NO_TESTS, 1.0, tmp_path / "none.log")]
+    for d in lane.done:
+        d.log.write_text(f"{d.job.name} said this\n")
+    assert lanes.report([lane]) == 0
+    assert "ok said this" in capsys.readouterr().out
+    lane.done[0].returncode = 1
+    assert lanes.report([lane]) == 1
+    lane.done[0].returncode = lanes.NO_TESTS
+    assert lanes.report([lane]) == 1
+
+
+def test_sessions_file_lines_and_one_clear_line_for_a_bad_one(tmp_path):
+    sessions = tmp_path / "sessions.tsv"
+    sessions.write_text('fast tests\t180\t2.5\tpython -m pytest tests -m "not server"\n\n')
+    [job] = lanes.read_sessions(sessions, ("-k", "x"))
+    assert job == lanes.Job("fast tests", ("python", "-m", "pytest", "tests", "-m", "not server", "-k", "x"), 180, 2.5)
+    sessions.write_text("fast tests\t180\tpython -m pytest\n")
+    with pytest.raises(ValueError, match=r"sessions.tsv:1: .* is not NAME<TAB>SECONDS<TAB>GIB<TAB>COMMAND"):
+        lanes.read_sessions(sessions)
+
+
+def test_the_command_runs_sessions_and_chapters_and_writes_what_runs_after(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(lanes, "NOTEBOOKS", tmp_path)
+    _notebook(tmp_path, "04_a", 1, saves=["results/cpu/a.csv"])
+    _notebook(tmp_path, "08_guide", 1, reads=["results/cpu/a.csv"])
+    monkeypatch.setattr(lanes, "chapter_jobs", lambda stale, pytest_args: ([_sleeper("04_a", 0.1)], ["08_guide"]))
+    (tmp_path / "stale.txt").write_text("notebooks/04_a.ipynb\nnotebooks/08_guide.ipynb\n")
+    (tmp_path / "sessions.tsv").write_text(f"fast tests\t1\t1\t{sys.executable} -c 'raise SystemExit(0)'\n")
+    args = ["--stale", str(tmp_path / "stale.txt"), "--sessions", str(tmp_path / "sessions.tsv"), "--logs",
+            str(tmp_path), "--after", str(tmp_path / "after.txt")]
+    assert lanes.main(args) == 0
+    assert (tmp_path / "after.txt").read_text() == f"{tmp_path / '08_guide.ipynb'}\n"
+    out = capsys.readouterr().out
+    assert "2 jobs" in out and "after them: 08_guide" in out and "fast tests" in out and "peak" in out

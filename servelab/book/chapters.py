@@ -19,6 +19,7 @@ from typing import Any
 
 from servelab.book import execution_key, figure_outputs, results
 from servelab.machine import profiles
+from servelab.machine.memory_peak import PeakMemory
 from servelab.machine.paths import REPO, results_dir
 from servelab.measure.setup.by_hand import comparable_argv
 
@@ -81,7 +82,7 @@ def _starts(path: Path) -> list[dict[str, Any]]:
 
 
 def _record(executed: Path, source: Path, files: dict[str, str], profile: str, parameters: dict[str, Any],
-            trace: Path, seconds: float) -> str:
+            trace: Path, seconds: float, peak_gib: float) -> str:
     """Write the execution key and what it covers into the executed notebook; stamp the results it saved."""
     import nbformat
 
@@ -94,6 +95,7 @@ def _record(executed: Path, source: Path, files: dict[str, str], profile: str, p
         "key": key, "profile": profile, "parameters": parameters, "inputs": files, "reads": read_hashes,
         "saves": saves, "drawn": _drawn(trace.with_name("drawn.txt")),
         "starts": _starts(trace.with_name("starts.jsonl")), "seconds": round(seconds),
+        "peak_gib": round(peak_gib, 1),  # the kernel and its engines at most, together (servelab.book.lanes)
         "executed_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     nbformat.write(nb, executed)
     for saved in saves:
@@ -133,9 +135,10 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
         jupytext.write(notebook, unexecuted)
         t0 = time.monotonic()
         try:
-            with _environment(SERVELAB_CHAPTER=source.stem, SERVELAB_TRACE=str(trace), SERVELAB_FIGURES=str(renders),
-                              SERVELAB_I18N_DRAWN=str(trace.with_name("drawn.txt")),
-                              SERVELAB_START_LOG=str(trace.with_name("starts.jsonl"))):
+            with PeakMemory() as peak, _environment(
+                    SERVELAB_CHAPTER=source.stem, SERVELAB_TRACE=str(trace), SERVELAB_FIGURES=str(renders),
+                    SERVELAB_I18N_DRAWN=str(trace.with_name("drawn.txt")),
+                    SERVELAB_START_LOG=str(trace.with_name("starts.jsonl"))):
                 papermill.execute_notebook(
                     str(unexecuted), str(executed), parameters=parameters, cwd=str(source.parent),
                     kernel_name="python3", execution_timeout=timeout, progress_bar=False,
@@ -145,7 +148,7 @@ def execute(source: Path, output: Path | None = None, parameters: dict[str, Any]
             kept = _keep_failed(executed, source)
             raise NotebookFailed(f"{source.name}: cell {err.exec_count} raised {err.ename}: {evalue}; "
                                  f"{output.name} was left as it was{kept}") from err
-        _record(executed, source, files, profile, parameters, trace, time.monotonic() - t0)
+        _record(executed, source, files, profile, parameters, trace, time.monotonic() - t0, peak.gib)
         os.replace(executed, output)
         figure_outputs.keep(renders, output)
     return output

@@ -100,7 +100,7 @@ def gpu_commands(k: int = 4) -> pd.DataFrame:
 def _over_rounds(rates: pd.DataFrame, by: Sequence[str], value: str, rounds: int) -> pd.DataFrame:
     """Per ``by``: the speculative server's speedup over plain in each round, as its median, lowest and highest
     round, and whether every round agrees (``against 1``)."""
-    got = load.over_rounds(load.round_speedups(rates, by, value), by)
+    got = load.paired_speedups(rates, by, value)
     return got.rename(columns={"lowest": "speedup lowest", "highest": "speedup highest"}).assign(**{
         "against 1": [load.spread_verdict(lo, hi, rounds) for lo, hi in zip(got.lowest, got.highest, strict=True)]})
 

@@ -159,9 +159,6 @@ def trend_holds(test: str, measured_change: float) -> bool:
     return bool(checks[test])
 
 
-TREND_VERDICTS = ("as predicted", "contradicted")  # trend_verdict's answers where every round agrees
-
-
 def trend_verdict(test: str, round_changes: Sequence[float]) -> str:
     """A method's trend judged as the chapter judges a speedup, across its rounds: "as predicted" where every
     round's change (:func:`sweep_change` of that round alone) passes :func:`trend_holds`' ``test``,
@@ -170,8 +167,8 @@ def trend_verdict(test: str, round_changes: Sequence[float]) -> str:
         raise ValueError("trend_verdict needs at least one round's change, got none")
     passed = [trend_holds(test, c) for c in round_changes]
     if all(passed):
-        return TREND_VERDICTS[0]
-    return TREND_VERDICTS[1] if not any(passed) else not_resolved(len(round_changes))
+        return "as predicted"
+    return "contradicted" if not any(passed) else not_resolved(len(round_changes))
 
 
 def steps_gap(tokens: float, drafts: float, speedup: float, predicted: float) -> float:
