@@ -670,7 +670,8 @@ under = vllm_small.itl_p50_s / by_config.loc[vllm_small_cfg.label, "itl_p50_s"]
 target = 2 * steady_gap / under
 rule_context = streams * (stream_prompt_tokens + scenario.stream_output_tokens)
 rule_budget = live.budget_for_itl(costs["vllm"], target, decodes=streams, decode_context_tokens=rule_context)
-rule_scenario = live.scenario_for(prof.max_model_len, rule_budget, streams=streams,
+# sized for the smallest budget it is run at: the streams must decode through the long prompt's prefill at each
+rule_scenario = live.scenario_for(prof.max_model_len, min(rule_budget, sizes[0]), streams=streams,
                                   stream_prompt_tokens=stream_prompt_tokens, long_prompt_fraction=long_prompt_fraction)
 rule_rows = tradeoff(rule_scenario, [rule_budget, sizes[0], sizes[-1]], costs["vllm"], SchedulerConfig("vllm"))
 rule_row, at_small, at_large = (rule_rows.iloc[i] for i in range(3))

@@ -42,7 +42,7 @@ from servelab.machine.memory_peak import PeakMemory
 
 UNRECORDED_S = 600  # a chapter that never recorded its run time is taken to be long
 BUDGET_SHARE = 0.85  # of the machine's memory, what the jobs running together may hold; the rest for the system
-MARGIN = 1.25  # over a chapter's recorded peak: a run of it may hold more than the last did
+MARGIN = 1.2  # over a chapter's recorded peak: a run of it may hold more than the last did
 UNMEASURED_SHARE = 0.75  # of the budget, what a chapter that never recorded its peak is taken to need
 NBVAL = ["--nbval-lax", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-p", "no:cacheprovider",
          "--durations=15"]
