@@ -80,15 +80,19 @@ class Lane:
         return ",".join(map(str, cores))
 
 
+def _positive(meta: dict, name: str) -> float | None:
+    value = meta.get(name)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
 def recorded_seconds(notebook: Path) -> float:
-    seconds = (recorded(notebook) or {}).get("seconds")
-    return float(seconds) if isinstance(seconds, (int, float)) and seconds > 0 else float(UNRECORDED_S)
+    return _positive(recorded(notebook) or {}, "seconds") or float(UNRECORDED_S)
 
 
-def recorded_gib(notebook: Path) -> float | None:
+def _estimate_gib(meta: dict) -> float | None:
     """The chapter's recorded peak memory with the MARGIN, or None where its last execution did not record one."""
-    peak = (recorded(notebook) or {}).get("peak_gib")
-    return float(peak) * MARGIN if isinstance(peak, (int, float)) and peak > 0 else None
+    peak = _positive(meta, "peak_gib")
+    return None if peak is None else peak * MARGIN
 
 
 def machine_gib() -> float:
@@ -120,8 +124,8 @@ def chapter_jobs(stale: list[str], notebooks: Path = NOTEBOOKS,
     after = [name for name in stale
              if any(set(metas[name].get("reads", {})) & saves[other] for other in stale if other != name)]
     jobs = [Job(name, (sys.executable, "-m", "pytest", _relative(notebooks / f"{name}.ipynb"), *NBVAL, *pytest_args),
-                recorded_seconds(notebooks / f"{name}.ipynb"), recorded_gib(notebooks / f"{name}.ipynb"))
-            for name in stale if name not in after]
+                _positive(metas[name], "seconds") or float(UNRECORDED_S), _estimate_gib(metas[name]))
+            for name in stale if name not in after]  # each notebook read once: they are megabytes
     return jobs, after
 
 
