@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,8 +36,9 @@ _fast_home: str | None = None
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--reexecuted-in-lanes", default="", metavar="CHAPTERS",
-                     help="comma-separated chapters ./test.sh re-executed under nbval in sessions of their own, "
-                          "side by side, before this one (tests/test_notebooks.py takes them as re-executed)")
+                     help="comma-separated chapters ./test.sh re-executes under nbval in jobs of their own, beside "
+                          "this session or after it; their exit status is the run's (tests/test_notebooks.py takes "
+                          "them as re-executed)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,17 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    from servelab.book.start_log import start_summary
+
     path = os.environ.get("SERVELAB_START_LOG", "")
-    with open(path if os.path.isfile(path) else os.devnull) as f:
-        noted = [json.loads(line) for line in f]
-    envs = str(engine_envs.get(profiles.load("cpu").vllm_env).path.parent)
-    starts = [s for s in noted if s["argv"][0].startswith(envs)]  # not the lifecycle tests' stand-in engine
-    by_engine = Counter(s["engine"] for s in starts)
-    by_file = Counter(s["by"].split("::")[0] for s in starts)
-    engines = ", ".join(f"{e} {n}" for e, n in sorted(by_engine.items())) or "none"
-    terminalreporter.write_line(
-        f"engine starts: {len(starts)} real ({engines}), {len(noted) - len(starts)} of the lifecycle tests' stand-in"
-        + "".join(f"\n  {n:3d}  {who}" for who, n in by_file.most_common()))
+    terminalreporter.write_line(start_summary([Path(path)] if os.path.isfile(path) else []))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -79,6 +72,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if unmarked:
         raise pytest.UsageError(
             f"tests that use require_engine must be marked {' or '.join(ENGINE_MARKERS)}: {', '.join(unmarked)}")
+    # The `books` fixture (tests/test_book.py) builds the whole book, over a minute: only `book` sessions may pay it.
+    building = [item.nodeid for item in items if "books" in getattr(item, "fixturenames", ())
+                and not item.get_closest_marker("book")]
+    if building:
+        raise pytest.UsageError(f"tests that build the book (fixture books or html) must be marked book: "
+                                f"{', '.join(building)}")
 
 
 @pytest.fixture(scope="session")
@@ -108,6 +107,16 @@ PARTIAL_BUDGET = 5000  # KV tokens: 39.06 of vLLM's 128-token CPU blocks, so the
 LIVE_EVENT_REQUESTS = 3
 
 
+def hit_chats() -> dict:
+    """The chats whose prefix-cache hits tests/test_measure_prefix_caching.py predicts, which the shared servers
+    answer last: three turns of one conversation, and one short request sent twice."""
+    from servelab.measure.prefix_cache.scenarios import repeat_requests
+    from servelab.measure.prefix_cache.workloads import make
+
+    return {"multi_turn": make("multi_turn", 0, conversations=1, turns=3, user_words=40, assistant_words=30),
+            "short_repeat": repeat_requests(0, words=30, times=2)}
+
+
 @pytest.fixture(scope="session")
 def live(cpu: profiles.Profile, require_engine: Callable[[str], None],
          tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
@@ -116,31 +125,40 @@ def live(cpu: profiles.Profile, require_engine: Callable[[str], None],
     sgl_kernel stand-in (tests/sgl_recorder.py), which changes no computation. Both publish their KV cache events
     to a subscriber started before them (servelab.measure.kv_events.Recorder; the engine's socket connects to it,
     so the engine listens on no more ports), and after the questions answer LIVE_EVENT_REQUESTS token-id requests
-    whose events are kept (`kv_events`, a Trace's dict). A test that needs other options, or must kill its
-    server, starts its own."""
+    whose events are kept (`kv_events`, a Trace's dict). Both report cached tokens and serve a cache flush
+    (servelab.measure.prefix_cache.live.cache_options), and last answer `hit_chats` as token ids (vLLM's chat
+    template: `hit_tokens`), each with the hit their cache's model predicts (`hits`, measured_hits' two tables). A test
+    that needs other options, or must kill its server, starts its own."""
     from servelab.engines import server
     from servelab.engines.guard import still_running
     from servelab.engines.listening import listening
     from servelab.measure.kv_events import Recorder, record_workload, workload
     from servelab.measure.kv_memory.capacity import engine_capacity
+    from servelab.measure.prefix_cache.live import cache_options, chat_token_ids, measured_hits
     from servelab.measure.setup.check import greedy_answers
     from servelab.measure.workloads import QUESTIONS
     from tests import sgl_recorder
 
     record_env, record = sgl_recorder.server_env(tmp_path_factory.mktemp("sgl-record"))
     events_dir = tmp_path_factory.mktemp("kv-events")
-    out = {}
-    for engine in ("vllm", "sglang"):
+    out: dict = {}
+    for engine in ("vllm", "sglang"):  # vLLM first: its /tokenize makes the token ids both answer
         require_engine(engine)
-        env = record_env if engine == "sglang" else None
+        options = cache_options(engine)
+        env = {**options.pop("env", {}), **(record_env if engine == "sglang" else {})}
         with Recorder(engine, cpu, out=events_dir / f"{engine}.jsonl") as events, \
-                server.running(engine, cpu, kv_cache_tokens=PARTIAL_BUDGET, env=env, **events.options()) as srv:
+                server.running(engine, cpu, kv_cache_tokens=PARTIAL_BUDGET, env=env, **options,
+                               **events.options()) as srv:
             pids = srv.pids()
             out[engine] = {"answers": greedy_answers(srv, list(QUESTIONS)), "pids": pids, "version": srv.version(),
                            "capacity": engine_capacity(srv), "port": srv.port,
                            "listening": listening(srv.pids())}
             requests = workload(2, 2).head(LIVE_EVENT_REQUESTS)
             out[engine]["kv_events"] = record_workload(srv, events, requests, flush_first=False).to_dict()
+            if engine == "vllm":
+                out["hit_tokens"] = {n: [chat_token_ids(srv, r.messages) for r in reqs]
+                                     for n, reqs in hit_chats().items()}
+            out[engine]["hits"] = measured_hits(srv, out["hit_tokens"])
         out[engine]["alive_after"] = still_running(pids)
     out["sglang"]["stand_in_record"] = sgl_recorder.read_record(record)
     return out

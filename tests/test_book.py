@@ -53,6 +53,7 @@ def test_the_introduction_lists_every_chapter_in_book_order():
     assert "planned" not in chapters_section.lower()
 
 
+@pytest.mark.book
 def test_chapters_show_their_figures_and_hide_engine_logs(html):
     for source in chapters.sources():
         page = (html / "notebooks" / f"{source.stem}.html").read_text()
@@ -143,3 +144,20 @@ def test_the_commit_says_when_the_checkout_was_edited(tmp_path, monkeypatch):
     assert len(clean) >= 7 and not clean.endswith("-dirty")
     (tmp_path / "a.txt").write_text("two")
     assert prov.git_commit() == f"{clean}-dirty"
+
+
+class _Collected:
+    def __init__(self, nodeid: str, fixtures: list[str], markers: list[str]) -> None:
+        self.nodeid, self.fixturenames, self.markers = nodeid, fixtures, markers
+
+    def get_closest_marker(self, name: str) -> str | None:
+        return name if name in self.markers else None
+
+
+def test_a_test_that_builds_the_book_must_be_marked_book():
+    from tests import conftest
+
+    marked = _Collected("t.py::marked", ["html", "books"], ["book"])
+    conftest.pytest_collection_modifyitems(None, [marked, _Collected("t.py::other", ["tmp_path"], [])])
+    with pytest.raises(pytest.UsageError, match=r"must be marked book: t\.py::unmarked$"):
+        conftest.pytest_collection_modifyitems(None, [marked, _Collected("t.py::unmarked", ["html", "books"], [])])

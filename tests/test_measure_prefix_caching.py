@@ -19,9 +19,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from servelab.engines.server import Server
+from servelab.engines.server import Server, running
 from servelab.measure.kv_memory.capacity import engine_capacity
-from servelab.measure.lineup import Lineup
 from servelab.measure.prefix_cache.burst import (
     common_prefix,
     finish_groups,
@@ -32,7 +31,6 @@ from servelab.measure.prefix_cache.burst import (
 )
 from servelab.measure.prefix_cache.live import (
     cache_options,
-    chat_token_ids,
     counters,
     flush,
     measured_hits,
@@ -53,7 +51,6 @@ from servelab.measure.prefix_cache.referees import (
     replay_radix_tree,
 )
 from servelab.measure.prefix_cache.scenarios import burst_requests, cycle_requests, repeat_requests
-from servelab.measure.prefix_cache.workloads import make
 from servelab.sim.prefix_cache import BlockHashCache, RadixTree
 
 SEEDS = list(range(24))
@@ -510,30 +507,17 @@ def test_sglang_schedule_facts_come_from_its_installed_source(require_engine, cp
 
 
 @pytest.fixture(scope="module")
-def live_hits(cpu, require_engine) -> dict[str, dict]:
-    """Start vLLM (at its default block size and at 32), SGLang, each with a small KV budget; the same
-    short workloads to each."""
-    require_engine("vllm")
-    require_engine("sglang")
+def live_hits(live, cpu) -> dict[str, dict]:
+    """The same short chats on vLLM and SGLang (the session's shared servers answered them last) and on vLLM at
+    block size 32, started here; what each engine reports and what our cache of its kind predicts."""
+    out = {e: {"requests": live[e]["hits"][0], "totals": live[e]["hits"][1],
+               "block_size": live[e]["capacity"]["block_size"]} for e in ("vllm", "sglang")}
+    # another block size: the CPU attention backend takes multiples of 32
     budget = cpu.max_model_len * 9 // 8
-    lineup = Lineup({
-        **{e: Server(e, cpu, kv_cache_tokens=budget, **cache_options(e)) for e in ("vllm", "sglang")},
-        # another block size: the CPU attention backend takes multiples of 32
-        "vllm-32": Server("vllm", cpu, kv_cache_tokens=budget, block_size=32, **cache_options("vllm")),
-    }, together=True)
-    try:
-        chats = {"multi_turn": make("multi_turn", 0, conversations=1, turns=3, user_words=40, assistant_words=30),
-                 "short_repeat": repeat_requests(0, words=30, times=2)}
-        vllm = lineup.take("vllm")
-        tokens = {n: [chat_token_ids(vllm, r.messages) for r in reqs] for n, reqs in chats.items()}
-        out = {}
-        for engine in lineup.servers:
-            server = lineup.take(engine)
-            requests, totals = measured_hits(server, tokens)
-            out[engine] = {"requests": requests, "totals": totals, "block_size": engine_capacity(server)["block_size"]}
-        return out
-    finally:
-        lineup.stop()
+    with running("vllm", cpu, kv_cache_tokens=budget, block_size=32, **cache_options("vllm")) as server:
+        requests, totals = measured_hits(server, live["hit_tokens"])
+        out["vllm-32"] = {"requests": requests, "totals": totals, "block_size": engine_capacity(server)["block_size"]}
+    return out
 
 
 @pytest.mark.server
