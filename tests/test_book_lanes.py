@@ -1,5 +1,5 @@
 """The lanes ./test.sh runs its sessions and re-executed chapters in: one per core, each lane taking the longest job
-left whenever it is free; a chapter that reads what another re-executed chapter saves runs after them."""
+left whenever it is free; a chapter that reads what another re-executed chapter saves runs in a wave after it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from servelab.book import lanes
+from servelab.machine import engine_envs, profiles
 
 
 def _notebook(folder, name, seconds=None, reads=(), saves=(), peak_gib=None):
@@ -125,16 +126,37 @@ def test_sessions_file_lines_and_one_clear_line_for_a_bad_one(tmp_path):
         lanes.read_sessions(sessions)
 
 
-def test_the_command_runs_sessions_and_chapters_and_writes_what_runs_after(tmp_path, monkeypatch, capsys):
+def test_chapters_reading_each_other_in_a_chain_run_in_waves_and_a_cycle_is_one_clear_line(tmp_path):
+    _notebook(tmp_path, "04_a", 400, saves=["results/cpu/a.csv"])
+    _notebook(tmp_path, "07_b", 300, reads=["results/cpu/a.csv"], saves=["results/cpu/b.csv"])
+    _notebook(tmp_path, "08_guide", 5, reads=["results/cpu/b.csv"])
+    assert [[j.name for j in wave] for wave in lanes.waves(["04_a", "07_b", "08_guide"], tmp_path)] == [
+        ["04_a"], ["07_b"], ["08_guide"]]
+    assert lanes.waves([], tmp_path) == []
+    _notebook(tmp_path, "04_a", 400, reads=["results/cpu/b.csv"], saves=["results/cpu/a.csv"])
+    with pytest.raises(ValueError, match=r"chapters 04_a, 07_b each read what another of them saves"):
+        lanes.waves(["04_a", "07_b"], tmp_path)
+
+
+def test_the_command_runs_sessions_then_each_wave_and_counts_the_engine_starts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lanes, "NOTEBOOKS", tmp_path)
     _notebook(tmp_path, "04_a", 1, saves=["results/cpu/a.csv"])
     _notebook(tmp_path, "08_guide", 1, reads=["results/cpu/a.csv"])
-    monkeypatch.setattr(lanes, "chapter_jobs", lambda stale, pytest_args: ([_sleeper("04_a", 0.1)], ["08_guide"]))
+    # each job notes when it ends; 04_a also notes an engine start, as a chapter's server would
+    envs = str(engine_envs.get(profiles.load("cpu").vllm_env).path)
+    note = ("import json, os, time; log = os.environ['SERVELAB_START_LOG']; "
+            "open(log, 'a').write(json.dumps({{'engine': 'vllm', 'by': '{0}', 'argv': ['" + envs + "/bin/vllm']}})"
+            " + chr(10)) if '{0}' == '04_a' else None; time.sleep(0.2); print('{0}', time.monotonic())")
+    monkeypatch.setattr(lanes, "waves", lambda stale, pytest_args: [
+        [lanes.Job(n, (sys.executable, "-c", note.format(n)), 1, 1.0)] for n in stale])
     (tmp_path / "stale.txt").write_text("notebooks/04_a.ipynb\nnotebooks/08_guide.ipynb\n")
-    (tmp_path / "sessions.tsv").write_text(f"fast tests\t1\t1\t{sys.executable} -c 'raise SystemExit(0)'\n")
-    args = ["--stale", str(tmp_path / "stale.txt"), "--sessions", str(tmp_path / "sessions.tsv"), "--logs",
-            str(tmp_path), "--after", str(tmp_path / "after.txt")]
-    assert lanes.main(args) == 0
-    assert (tmp_path / "after.txt").read_text() == f"{tmp_path / '08_guide.ipynb'}\n"
+    (tmp_path / "sessions.tsv").write_text(f"fast tests\t1\t1\t{sys.executable} -c 'print(\"fast\")'\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    assert lanes.main(["--stale", str(tmp_path / "stale.txt"), "--sessions", str(tmp_path / "sessions.tsv"), "--logs",
+                       str(logs)]) == 0
     out = capsys.readouterr().out
-    assert "2 jobs" in out and "after them: 08_guide" in out and "fast tests" in out and "peak" in out
+    assert "2 jobs" in out and "then, reading what the wave before saved: 08_guide" in out and "peak" in out
+    ended = {n: float((logs / f"{n}.log").read_text().split()[1]) for n in ("04_a", "08_guide")}
+    assert ended["08_guide"] > ended["04_a"] + 0.2  # the second wave started after the first ended
+    assert "engine starts: 1 real (vllm 1), 0 of the lifecycle tests' stand-in" in out and "1  04_a" in out

@@ -88,7 +88,7 @@ def test_every_check_cell_printed_true(source):
 
 def _reexecuted(session: pytest.Session) -> set[str]:
     """The notebooks this session re-executes under nbval (their cells are collected as items), and those ./test.sh
-    re-executed in its lanes before it (their sessions' exit status is its own)."""
+    re-executes in its lanes, beside this session or after it (their exit status is the run's)."""
     lanes = {name for name in session.config.getoption("--reexecuted-in-lanes").split(",") if name}
     unknown = lanes - {s.stem for s in SOURCES}
     assert not unknown, f"--reexecuted-in-lanes names no chapter: {', '.join(sorted(unknown))}"
