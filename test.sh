@@ -55,9 +55,9 @@ export SERVELAB_RESULTS
 # notebooks' checks (told which chapters this run re-executes). Seconds and GiB: how long each took and the most memory
 # it held on a 2-core machine (the most of two runs; the server tests' of one, since they hold one server at a time),
 # the GiB with 10 % or more to spare; the lanes print both, measured, at the end. They set the order and what fits.
-# A chapter that reads what another stale chapter saves runs in a wave after it. Each job notes its engine starts
-# (tests/conftest.py); the lanes count the whole run's. Scripts run inside engine venvs go through fork servers that
-# import the engine once (servelab/machine/warm_scripts.py).
+# A chapter that reads what another stale chapter saves starts once that one has ended. Each job notes its engine
+# starts (tests/conftest.py); the lanes count the whole run's. Scripts run inside engine venvs go through fork servers
+# that import the engine once (servelab/machine/warm_scripts.py).
 logs="$(mktemp -d)"
 common="--ignore tests/test_notebooks.py -p no:cacheprovider --durations=15"
 plans="tests/test_launch_plan.py tests/test_gpu_profiles.py"

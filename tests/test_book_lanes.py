@@ -1,5 +1,5 @@
 """The lanes ./test.sh runs its sessions and re-executed chapters in: one per core, each lane taking the longest job
-left whenever it is free; a chapter that reads what another re-executed chapter saves runs in a wave after it."""
+left whenever it is free; a chapter that reads what another re-executed chapter saves starts once that one ended."""
 
 from __future__ import annotations
 
@@ -35,14 +35,14 @@ def _two_lanes() -> list:
     return [lanes.Lane((cpus[0],)), lanes.Lane((cpus[-1],))]
 
 
-def test_a_chapter_reading_what_a_stale_chapter_saves_runs_after_the_others(tmp_path):
+def test_a_chapter_reading_what_a_stale_chapter_saves_needs_that_chapter(tmp_path):
     _notebook(tmp_path, "04_a", 400, saves=["results/cpu/a.csv"], peak_gib=8)
     _notebook(tmp_path, "05_b", 300, saves=["results/cpu/b.csv"])
     _notebook(tmp_path, "08_guide", 5, reads=["results/cpu/a.csv"])
     _notebook(tmp_path, "09_other", 5, reads=["results/cpu/z.csv"])
-    jobs, after = lanes.chapter_jobs(["04_a", "05_b", "08_guide", "09_other"], tmp_path, ("-x",))
-    assert after == ["08_guide"]
-    assert [(j.name, j.seconds) for j in jobs] == [("04_a", 400), ("05_b", 300), ("09_other", 5)]
+    jobs = lanes.chapter_jobs(["04_a", "05_b", "08_guide", "09_other"], tmp_path, ("-x",))
+    assert [(j.name, j.seconds, j.needs) for j in jobs] == [("04_a", 400, ()), ("05_b", 300, ()),
+                                                            ("08_guide", 5, ("04_a",)), ("09_other", 5, ())]
     assert jobs[0].gib == 8 * lanes.MARGIN and jobs[1].gib is None  # 05_b never recorded its peak
     assert jobs[0].command[1:4] == ("-m", "pytest", str(tmp_path / "04_a.ipynb"))
     assert "--nbval-lax" in jobs[0].command and jobs[0].command[-1] == "-x"
@@ -126,29 +126,32 @@ def test_sessions_file_lines_and_one_clear_line_for_a_bad_one(tmp_path):
         lanes.read_sessions(sessions)
 
 
-def test_chapters_reading_each_other_in_a_chain_run_in_waves_and_a_cycle_is_one_clear_line(tmp_path):
-    _notebook(tmp_path, "04_a", 400, saves=["results/cpu/a.csv"])
-    _notebook(tmp_path, "07_b", 300, reads=["results/cpu/a.csv"], saves=["results/cpu/b.csv"])
-    _notebook(tmp_path, "08_guide", 5, reads=["results/cpu/b.csv"])
-    assert [[j.name for j in wave] for wave in lanes.waves(["04_a", "07_b", "08_guide"], tmp_path)] == [
-        ["04_a"], ["07_b"], ["08_guide"]]
-    assert lanes.waves([], tmp_path) == []
+def test_a_job_starts_once_what_it_needs_ended_and_a_cycle_is_one_clear_line(tmp_path):
+    clock = "import time; print(time.monotonic()); time.sleep({})"
+    first = lanes.Job("04_a", (sys.executable, "-c", "import time; time.sleep(0.5); print(time.monotonic())"), 0.5, 1.0)
+    other = lanes.Job("05_b", (sys.executable, "-c", clock.format(0.1)), 0.1, 1.0)
+    reader = lanes.Job("08_guide", (sys.executable, "-c", clock.format(0.1)), 5.0, 1.0, needs=("04_a",))
+    done = {d.job.name: d for lane in lanes.run([first, other, reader], _two_lanes(), tmp_path, budget_gib=10)
+            for d in lane.done}
+    at = {name: float(d.log.read_text()) for name, d in done.items()}  # 04_a: when it ended; the others: started
+    # the reader is the longest job but needs 04_a: 05_b starts first, the reader once 04_a ended
+    assert at["05_b"] < at["04_a"] < at["08_guide"]
     _notebook(tmp_path, "04_a", 400, reads=["results/cpu/b.csv"], saves=["results/cpu/a.csv"])
-    with pytest.raises(ValueError, match=r"chapters 04_a, 07_b each read what another of them saves"):
-        lanes.waves(["04_a", "07_b"], tmp_path)
+    _notebook(tmp_path, "07_b", 300, reads=["results/cpu/a.csv"], saves=["results/cpu/b.csv"])
+    with pytest.raises(ValueError, match=r"chapters 04_a, 07_b each need another of them to run first"):
+        lanes.chapter_jobs(["04_a", "07_b"], tmp_path)
 
 
-def test_the_command_runs_sessions_then_each_wave_and_counts_the_engine_starts(tmp_path, monkeypatch, capsys):
+def test_the_command_runs_sessions_and_chapters_and_counts_the_engine_starts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lanes, "NOTEBOOKS", tmp_path)
-    _notebook(tmp_path, "04_a", 1, saves=["results/cpu/a.csv"])
-    _notebook(tmp_path, "08_guide", 1, reads=["results/cpu/a.csv"])
     # each job notes when it ends; 04_a also notes an engine start, as a chapter's server would
     envs = str(engine_envs.get(profiles.load("cpu").vllm_env).path)
     note = ("import json, os, time; log = os.environ['SERVELAB_START_LOG']; "
             "open(log, 'a').write(json.dumps({{'engine': 'vllm', 'by': '{0}', 'argv': ['" + envs + "/bin/vllm']}})"
             " + chr(10)) if '{0}' == '04_a' else None; time.sleep(0.2); print('{0}', time.monotonic())")
-    monkeypatch.setattr(lanes, "waves", lambda stale, pytest_args: [
-        [lanes.Job(n, (sys.executable, "-c", note.format(n)), 1, 1.0)] for n in stale])
+    monkeypatch.setattr(lanes, "chapter_jobs", lambda stale, pytest_args: [
+        lanes.Job(n, (sys.executable, "-c", note.format(n)), 1, 1.0, needs=("04_a",) if n == "08_guide" else ())
+        for n in stale])
     (tmp_path / "stale.txt").write_text("notebooks/04_a.ipynb\nnotebooks/08_guide.ipynb\n")
     (tmp_path / "sessions.tsv").write_text(f"fast tests\t1\t1\t{sys.executable} -c 'print(\"fast\")'\n")
     logs = tmp_path / "logs"
@@ -156,7 +159,7 @@ def test_the_command_runs_sessions_then_each_wave_and_counts_the_engine_starts(t
     assert lanes.main(["--stale", str(tmp_path / "stale.txt"), "--sessions", str(tmp_path / "sessions.tsv"), "--logs",
                        str(logs)]) == 0
     out = capsys.readouterr().out
-    assert "2 jobs" in out and "then, reading what the wave before saved: 08_guide" in out and "peak" in out
+    assert "3 jobs" in out and "08_guide (~1 s, 1.0 GiB, after 04_a)" in out and "peak" in out
     ended = {n: float((logs / f"{n}.log").read_text().split()[1]) for n in ("04_a", "08_guide")}
-    assert ended["08_guide"] > ended["04_a"] + 0.2  # the second wave started after the first ended
+    assert ended["08_guide"] > ended["04_a"] + 0.2  # it started after 04_a ended
     assert "engine starts: 1 real (vllm 1), 0 of the lifecycle tests' stand-in" in out and "1  04_a" in out

@@ -15,9 +15,8 @@ that never recorded its peak is taken to need UNMEASURED_SHARE of the budget: on
 nothing fits, the lane waits for a job to end; a job that fits nowhere runs alone. Each job's own peak is measured
 and printed beside its estimate.
 
-A chapter that reads results another re-executed chapter saves runs in a later wave: the same lanes take it once
-every job of the wave before has ended, since it must read what they saved in this run. With one core there is one
-lane, and nothing is pinned.
+A chapter that reads results another re-executed chapter saves waits for that chapter to end, since it must read what
+it saved in this run; meanwhile the lanes take other jobs. With one core there is one lane, and nothing is pinned.
 
 `python -m servelab.book.lanes --stale FILE --sessions FILE --logs DIR [-- PYTEST ARGS]` runs them: the stale
 chapters one path a line (`servelab keys --write`), the test sessions one `NAME<TAB>SECONDS<TAB>GIB<TAB>COMMAND` a
@@ -59,6 +58,7 @@ class Job:
     command: tuple[str, ...]
     seconds: float  # how long it last took, or is estimated to take: the longest runs first
     gib: float | None = None  # the memory it is estimated to need at most; None: never measured
+    needs: tuple[str, ...] = ()  # the jobs that must end before it starts
 
 
 @dataclass
@@ -120,31 +120,29 @@ def split_cpus(cpus: list[int], n: int) -> list[tuple[int, ...]]:
     return parts
 
 
-def chapter_jobs(stale: list[str], notebooks: Path = NOTEBOOKS,
-                 pytest_args: tuple[str, ...] = ()) -> tuple[list[Job], list[str]]:
-    """One nbval job per stale chapter, and, in book order, the chapters that read what another of them saves."""
-    metas = {name: recorded(notebooks / f"{name}.ipynb") or {} for name in stale}
+def chapter_jobs(stale: list[str], notebooks: Path = NOTEBOOKS, pytest_args: tuple[str, ...] = ()) -> list[Job]:
+    """One nbval job per stale chapter, each needing the stale chapters whose saves it reads."""
+    metas = {name: recorded(notebooks / f"{name}.ipynb") or {} for name in stale}  # megabytes each: read once
     saves = {name: set(meta.get("saves", [])) for name, meta in metas.items()}
-    after = [name for name in stale
-             if any(set(metas[name].get("reads", {})) & saves[other] for other in stale if other != name)]
     jobs = [Job(name, (sys.executable, "-m", "pytest", _relative(notebooks / f"{name}.ipynb"), *NBVAL, *pytest_args),
-                _positive(metas[name], "seconds") or float(UNRECORDED_S), _estimate_gib(metas[name]))
-            for name in stale if name not in after]  # each notebook read once: they are megabytes
-    return jobs, after
+                _positive(metas[name], "seconds") or float(UNRECORDED_S), _estimate_gib(metas[name]),
+                tuple(other for other in stale
+                      if other != name and set(metas[name].get("reads", {})) & saves[other]))
+            for name in stale]
+    _check_order(jobs)
+    return jobs
 
 
-def waves(stale: list[str], notebooks: Path = NOTEBOOKS, pytest_args: tuple[str, ...] = ()) -> list[list[Job]]:
-    """The stale chapters' jobs in waves: a chapter that reads what another stale chapter saves goes in a wave after
-    that chapter's."""
-    out = []
-    while stale:
-        jobs, after = chapter_jobs(stale, notebooks, pytest_args)
-        if not jobs:
-            raise ValueError(f"chapters {', '.join(after)} each read what another of them saves: no order re-executes "
-                             "them; a chapter may read only chapters before it")
-        out.append(jobs)
-        stale = after
-    return out
+def _check_order(jobs: list[Job]) -> None:
+    """Raise where some jobs can never start: each needs another of them (or a job that is not there)."""
+    ended, left = set(), list(jobs)
+    while left:
+        ready = [j for j in left if set(j.needs) <= ended]
+        if not ready:
+            raise ValueError(f"chapters {', '.join(j.name for j in left)} each need another of them to run first "
+                             "(each reads what another saves): no order re-executes them")
+        ended |= {j.name for j in ready}
+        left = [j for j in left if j not in ready]
 
 
 def _relative(path: Path) -> str:
@@ -158,11 +156,13 @@ def lanes_for(cpus: list[int], max_lanes: int = 2) -> list[Lane]:
 
 def run(jobs: list[Job], lanes: list[Lane], logs: Path, budget_gib: float, env: dict[str, str] | None = None,
         ) -> list[Lane]:
-    """Every job, each lane taking the longest job left that fits in `budget_gib` beside the running ones whenever it
-    is free; each job's output in `logs`/NAME.log and its engine starts in `logs`/NAME.starts.jsonl."""
+    """Every job, each lane taking the longest job left whose needs have ended and that fits in `budget_gib` beside
+    the running ones whenever it is free; each job's output in `logs`/NAME.log and its engine starts in
+    `logs`/NAME.starts.jsonl."""
     queue = sorted(jobs, key=lambda j: (-j.seconds, j.name))
     state = threading.Condition()
     held = [0.0]  # what the running jobs are estimated to hold
+    ended: set[str] = set()
     running = [0]
     base = dict(os.environ if env is None else env)
 
@@ -172,9 +172,10 @@ def run(jobs: list[Job], lanes: list[Lane], logs: Path, budget_gib: float, env: 
     def take() -> Job | None:
         with state:
             while queue:
-                job = next((j for j in queue if held[0] + need(j) <= budget_gib), None)
-                if job is None and not running[0]:
-                    job = queue[0]  # fits nowhere: runs alone
+                ready = [j for j in queue if ended.issuperset(j.needs)]
+                job = next((j for j in ready if held[0] + need(j) <= budget_gib), None)
+                if job is None and ready and not running[0]:
+                    job = ready[0]  # fits nowhere: runs alone
                 if job is not None:
                     queue.remove(job)
                     held[0] += need(job)
@@ -200,6 +201,7 @@ def run(jobs: list[Job], lanes: list[Lane], logs: Path, budget_gib: float, env: 
             with state:
                 held[0] -= need(job)
                 running[0] -= 1
+                ended.add(job.name)
                 state.notify_all()
 
     threads = [threading.Thread(target=work, args=(lane,)) for lane in lanes]
@@ -257,17 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     extra = tuple(a for a in extra if a != "--")
     stale = [Path(p).stem for p in args.stale.read_text().split()]
-    first, *later = waves(stale, pytest_args=extra) or [[]]
-    jobs = read_sessions(args.sessions, extra) + first
+    jobs = read_sessions(args.sessions, extra) + chapter_jobs(stale, pytest_args=extra)
+    _check_order(jobs)
     lanes = lanes_for(sorted(os.sched_getaffinity(0)))
     budget = BUDGET_SHARE * machine_gib()
     print(f"[lanes] {len(jobs)} jobs in {len(lanes)} lane(s), holding at most {budget:.1f} GiB together, the longest "
-          "first: " + ", ".join(f"{j.name} (~{j.seconds:.0f} s, {_estimate(j)})"
-                                for j in sorted(jobs, key=lambda j: -j.seconds))
-          + "".join(f"; then, reading what the wave before saved: {', '.join(j.name for j in wave)}"
-                    for wave in later), flush=True)
-    for wave in [jobs, *later]:
-        run(wave, lanes, args.logs, budget)
+          "first: " + ", ".join(f"{j.name} (~{j.seconds:.0f} s, {_estimate(j)}"
+                                + (f", after {', '.join(j.needs)}" if j.needs else "") + ")"
+                                for j in sorted(jobs, key=lambda j: -j.seconds)), flush=True)
+    run(jobs, lanes, args.logs, budget)
     status = report(lanes)
     print("[lanes] " + start_summary(sorted(args.logs.glob("*.starts.jsonl"))))
     return status
