@@ -89,8 +89,12 @@ def _positive(meta: dict, name: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
+def _seconds(meta: dict) -> float:
+    return _positive(meta, "seconds") or float(UNRECORDED_S)
+
+
 def recorded_seconds(notebook: Path) -> float:
-    return _positive(recorded(notebook) or {}, "seconds") or float(UNRECORDED_S)
+    return _seconds(recorded(notebook) or {})
 
 
 def _estimate_gib(meta: dict) -> float | None:
@@ -125,7 +129,7 @@ def chapter_jobs(stale: list[str], notebooks: Path = NOTEBOOKS, pytest_args: tup
     metas = {name: recorded(notebooks / f"{name}.ipynb") or {} for name in stale}  # megabytes each: read once
     saves = {name: set(meta.get("saves", [])) for name, meta in metas.items()}
     jobs = [Job(name, (sys.executable, "-m", "pytest", _relative(notebooks / f"{name}.ipynb"), *NBVAL, *pytest_args),
-                _positive(metas[name], "seconds") or float(UNRECORDED_S), _estimate_gib(metas[name]),
+                _seconds(metas[name]), _estimate_gib(metas[name]),
                 tuple(other for other in stale
                       if other != name and set(metas[name].get("reads", {})) & saves[other]))
             for name in stale]
@@ -259,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     extra = tuple(a for a in extra if a != "--")
     stale = [Path(p).stem for p in args.stale.read_text().split()]
-    jobs = read_sessions(args.sessions, extra) + chapter_jobs(stale, pytest_args=extra)
-    _check_order(jobs)
+    jobs = read_sessions(args.sessions, extra) + chapter_jobs(stale, pytest_args=extra)  # only chapters have needs
     lanes = lanes_for(sorted(os.sched_getaffinity(0)))
     budget = BUDGET_SHARE * machine_gib()
     print(f"[lanes] {len(jobs)} jobs in {len(lanes)} lane(s), holding at most {budget:.1f} GiB together, the longest "
